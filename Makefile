@@ -1,0 +1,8 @@
+# The two quick-start commands. Each creates or reuses the virtual environment (.ci/venv.sh).
+.PHONY: demo test
+
+demo:  ## the main job: the quick MNIST classification sweep on the real MNIST, on a local Ray
+	@venv=$$(bash .ci/venv.sh) && "$$venv/bin/actsweep" run mnist_classification --quick
+
+test:  ## the test suite, against a real local Ray and real MLflow stores
+	@venv=$$(bash .ci/venv.sh) && "$$venv/bin/python" -m pytest -q

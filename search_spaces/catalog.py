@@ -1,0 +1,127 @@
+"""Finding, overriding and validating specs."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from search_spaces.schema import SweepSpec
+
+SPEC_DIR = Path(__file__).parent
+
+
+class SpecError(ValueError):
+    """A spec or an override is invalid; the message is one line naming the field."""
+
+
+def experiment_names() -> list[str]:
+    return sorted(p.stem for p in SPEC_DIR.glob("*.yaml"))
+
+
+def spec_path(name_or_path: str) -> Path:
+    """The YAML file of a catalog experiment, or a user's own YAML file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml"):
+        if not candidate.is_file():
+            raise SpecError(f"experiment: no such spec file {name_or_path}")
+        return candidate
+    path = SPEC_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise SpecError(f"experiment: unknown {name_or_path!r}; accepted: "
+                        f"{', '.join(experiment_names())}, or a path to a .yaml spec")
+    return path
+
+
+def parse_set_options(options: list[str]) -> dict[str, Any]:
+    """``["epochs=3", "lr=0.001,0.0001"]`` → ``{"epochs": 3, "lr": [0.001, 0.0001]}``.
+
+    Values are read as YAML scalars; a comma list becomes a list (it replaces a grid axis).
+    """
+    overrides: dict[str, Any] = {}
+    for option in options:
+        name, sep, text = option.partition("=")
+        if not sep or not name:
+            raise SpecError(f"--set: expected NAME=VALUE (got {option!r})")
+        parts = [yaml.safe_load(part) for part in text.split(",")]
+        overrides[name.strip()] = parts if "," in text else parts[0]
+    return overrides
+
+
+def apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
+    """A copy of ``raw`` with each override set; ``model.width`` reaches into nested blocks."""
+    result = yaml.safe_load(yaml.safe_dump(raw))  # deep copy of plain data
+    for name, value in overrides.items():
+        *parents, leaf = name.split(".")
+        node = result
+        for parent in parents:
+            child = node.setdefault(parent, {})
+            if not isinstance(child, dict):
+                raise SpecError(f"{name}: {parent} is not a block of fields")
+            node = child
+        node[leaf] = value
+    return result
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def describe_validation_error(error: ValidationError, model: type[BaseModel] = SweepSpec) -> str:
+    """One line per pydantic error, naming the field, joined with '; '."""
+    messages = []
+    for item in error.errors():
+        loc = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in item["loc"]).replace(".[", "[")
+        if item["type"] == "extra_forbidden":
+            messages.append(f"{loc}: unknown field; accepted: {', '.join(_fields_at(model, item['loc']))}")
+        elif item["type"] == "missing":
+            messages.append(f"{loc}: required field is missing")
+        else:
+            messages.append(f"{loc}: {item['msg']} (got {item.get('input')!r})")
+    return "; ".join(messages)
+
+
+def validate_spec(raw: dict, origin: str) -> SweepSpec:
+    try:
+        return SweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(f"spec {origin}: {describe_validation_error(exc)}") from None
+
+
+def raw_spec(name_or_path: str) -> dict:
+    path = spec_path(name_or_path)
+    raw = yaml.safe_load(path.read_text())
+    if not isinstance(raw, dict):
+        raise SpecError(f"experiment: {path} does not hold a mapping of spec fields")
+    return raw
+
+
+def load_spec(name_or_path: str, quick: bool = False, overrides: dict[str, Any] | None = None) -> SweepSpec:
+    """The validated spec: the YAML, then its ``quick`` block if asked, then the overrides."""
+    raw = raw_spec(name_or_path)
+    quick_block = raw.pop("quick", None) or {}
+    if quick:
+        raw = apply_overrides(raw, quick_block)
+    return validate_spec(apply_overrides(raw, overrides or {}), raw.get("name", name_or_path))
+
+
+def catalog() -> list[dict]:
+    """Every experiment in the catalog with its paper, section, grid and trial counts."""
+    rows = []
+    for name in experiment_names():
+        spec, quick = load_spec(name), load_spec(name, quick=True)
+        rows.append({
+            "name": spec.name, "title": spec.title, "paper": spec.paper, "section": spec.section,
+            "dataset": spec.dataset, "epochs": spec.epochs,
+            "grid": {"activation": spec.activation, "lr": spec.lr, "dropout": spec.dropout,
+                     "seeds": len(spec.seed_list)},
+            "trials": spec.trial_count, "quick_trials": quick.trial_count,
+        })
+    return rows

@@ -1,0 +1,1 @@
+"""Orchestration side of actsweep: settings, the sweep driver, the aggregator, CLI and REST."""

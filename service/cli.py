@@ -1,0 +1,119 @@
+"""The ``actsweep`` command line: experiments, run, report."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from search_spaces import SpecError, catalog, load_spec, parse_set_options
+from service.aggregate import SweepNotFound, sweep_results
+from service.report import FORMATS, render
+from service.settings import get_settings
+from workers.datasets import DatasetNotFound
+
+USER_ERRORS = (SpecError, DatasetNotFound, SweepNotFound)
+
+
+def cmd_experiments(args) -> int:
+    rows = catalog()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table("name", "paper", "section", "dataset", "grid", "trials", "--quick")
+    for row in rows:
+        grid = row["grid"]
+        table.add_row(row["name"], row["paper"], row["section"], row["dataset"],
+                      f"{len(grid['activation'])} act × {len(grid['lr'])} lr × {len(grid['dropout'])} dropout "
+                      f"× {grid['seeds']} seeds", str(row["trials"]), str(row["quick_trials"]))
+    Console().print(table)
+    return 0
+
+
+def cmd_run(args) -> int:
+    settings = get_settings()
+    spec = load_spec(args.experiment, quick=args.quick, overrides=parse_set_options(args.set or []))
+    # Imported once the spec is valid: Ray and Tune take seconds to import.
+    from service.progress import LiveProgress
+    from service.sweeps import connect_ray, load_splits, new_sweep_id, run_sweep
+
+    splits = load_splits(spec, settings)
+    console = Console(stderr=True)
+    sweep_id = new_sweep_id()
+    console.print(f"[bold]{spec.name}[/] sweep {sweep_id}{' (quick)' if args.quick else ''}: "
+                  f"{len(spec.activation)} activations × {len(spec.lr)} lrs × {len(spec.dropout)} dropouts × "
+                  f"{len(spec.seed_list)} seeds = {spec.trial_count} trials of {spec.epochs} epochs on {spec.dataset} "
+                  f"({splits.sizes()['train']} training examples, from {splits.source})")
+    dashboard = connect_ray(settings)
+    console.print(f"MLflow: {settings.resolved_tracking_uri}   Ray dashboard: {dashboard or 'not running'}")
+    progress = LiveProgress(spec.trial_count, spec.epochs, console)
+    outcome = run_sweep(spec, settings, splits=splits, sweep_id=sweep_id, quick=args.quick, name=args.name, callbacks=(progress,))
+
+    results = sweep_results(settings.resolved_tracking_uri, outcome.sweep_id)  # read back from MLflow
+    if args.json:
+        print(json.dumps({"sweep_id": outcome.sweep_id, "results": results.rows()}))
+    else:
+        print(render(results, "md"))
+        console.print(f"Report again: actsweep report {outcome.sweep_id}    MLflow UI: "
+                      f"mlflow ui --backend-store-uri {settings.resolved_tracking_uri}")
+    if outcome.errors:
+        console.print(f"[red]{outcome.errors} of {outcome.trials} trials failed[/]")
+        return 1
+    return 0
+
+
+def cmd_report(args) -> int:
+    settings = get_settings()
+    results = sweep_results(settings.resolved_tracking_uri, args.sweep_id)
+    text = render(results, args.format)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{args.sweep_id}.{args.format}"
+        path.write_text(text)
+        print(path)
+    else:
+        print(text)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="actsweep", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    experiments = commands.add_parser("experiments", help="list the experiment catalog")
+    experiments.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    experiments.set_defaults(handler=cmd_experiments)
+
+    run = commands.add_parser("run", help="run a sweep and print its results table")
+    run.add_argument("experiment", help="a catalog name (see `actsweep experiments`) or a YAML spec file")
+    run.add_argument("--quick", action="store_true", help="the spec's quick variant (minutes on 2 CPU cores)")
+    run.add_argument("--set", action="append", metavar="NAME=VALUE",
+                     help="override a spec field; a comma list replaces a grid axis (repeatable)")
+    run.add_argument("--name", help="a name for the sweep's MLflow parent run")
+    run.add_argument("--json", action="store_true", help='end with one JSON object {"sweep_id", "results"}')
+    run.set_defaults(handler=cmd_run)
+
+    report = commands.add_parser("report", help="print the tables of a finished sweep")
+    report.add_argument("sweep_id")
+    report.add_argument("--format", choices=FORMATS, default="md")
+    report.add_argument("--out", metavar="DIR", help="write the report into DIR instead of printing it")
+    report.set_defaults(handler=cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``actsweep`` console script; exit code 2 for bad input."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except USER_ERRORS as exc:
+        print(f"actsweep: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""A live progress display of a running sweep (rich), driven by Tune's callback hooks."""
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from ray import tune
+
+
+class LiveProgress(tune.Callback):
+    """Two bars (trials finished, trial-epochs done) and a line per finished trial."""
+
+    def __init__(self, trials: int, epochs: int, console: Console):
+        self.console = console
+        self.total = trials
+        self.epochs = epochs
+        self.progress = Progress(TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=console)
+        self.trials = self.progress.add_task("trials", total=trials, status="")
+        self.epoch_task = self.progress.add_task("trial-epochs", total=trials * epochs, status="")
+        self.seen: dict[str, int] = {}
+        self.running: set[str] = set()
+        self.done = 0
+
+    def __getstate__(self):  # Tune pickles its callbacks; a display holds locks and a terminal
+        return {"total": self.total, "epochs": self.epochs}
+
+    def __setstate__(self, state):
+        self.__init__(state["total"], state["epochs"], Console(stderr=True))
+
+    def setup(self, **info):
+        self.progress.start()
+
+    def _status(self):
+        self.progress.update(self.trials, status=f"running {len(self.running)}")
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.running.add(trial.trial_id)
+        self._status()
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.seen[trial.trial_id] = int(result["epoch"])
+        self.progress.advance(self.epoch_task)
+
+    def _finish(self, trial, outcome: str):
+        self.running.discard(trial.trial_id)
+        self.progress.advance(self.epoch_task, self.epochs - self.seen.get(trial.trial_id, 0))
+        self.progress.advance(self.trials)
+        self.done += 1
+        cfg, last = trial.config, trial.last_result or {}
+        detail = f"test_error {100 * last['test_error']:.2f}%" if "test_error" in last else ""
+        self.progress.console.print(f"{time.strftime('%H:%M:%S')} [{self.done}/{self.total}] {outcome:<8} "
+                                  f"{cfg['activation']:<9} lr={cfg['lr']:<7g} dropout={cfg['dropout']:<4g} "
+                                  f"seed={cfg['seed']}  {detail}")
+        self._status()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._finish(trial, "diverged" if (trial.last_result or {}).get("diverged") else "done")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._finish(trial, "FAILED")
+
+    def on_experiment_end(self, trials, **info):
+        self.progress.stop()

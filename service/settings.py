@@ -1,0 +1,57 @@
+"""All configuration, from ACTSWEEP_* environment variables (pydantic-settings).
+
+The defaults need no server: a local Ray started on demand, an SQLite MLflow store and the
+Ray results under one folder (ACTSWEEP_HOME, default ~/.actsweep).
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ACTSWEEP_", extra="ignore")
+
+    home: Path = Path("~/.actsweep")
+    tracking_uri: str | None = None  # default: sqlite:///HOME/mlflow.db
+    database_url: str | None = None  # sweep records; default: sqlite:///HOME/sweeps.db
+    ray_address: str | None = None  # None: start a local Ray; "auto" or ray://host:10001 to join one
+    num_cpus: int | None = None  # CPUs of a local Ray (default: all)
+    dashboard: bool = True  # start the Ray dashboard with a local Ray
+    data_dir: Path | None = None  # default: HOME/data
+    download: bool = True  # let torchvision download data where the internet is reachable
+    api_token: SecretStr | None = None
+
+    @cached_property
+    def root(self) -> Path:
+        root = self.home.expanduser().resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+
+    @property
+    def resolved_tracking_uri(self) -> str:
+        return self.tracking_uri or f"sqlite:///{self.root / 'mlflow.db'}"
+
+    @property
+    def artifact_root(self) -> Path:
+        return self.root / "mlartifacts"
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.root / 'sweeps.db'}"
+
+    @property
+    def resolved_data_dir(self) -> Path:
+        return (self.data_dir or self.root / "data").expanduser()
+
+    @property
+    def ray_results(self) -> Path:
+        return self.root / "ray_results"
+
+
+def get_settings() -> Settings:
+    """Settings read from the environment now."""
+    return Settings()

@@ -1,0 +1,113 @@
+"""The sweep driver: a validated spec in, a Ray Tune run of its grid out, every trial in MLflow."""
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+
+import ray
+from mlflow.tracking import MlflowClient
+from ray import tune
+
+from search_spaces import SweepSpec
+from service.settings import Settings
+from workers.datasets import Splits, load_dataset
+from workers.tracking import MLflowTrialLogger, experiment_id, flatten, start_parent_run
+from workers.trainable import run_trial
+
+
+@dataclass
+class SweepOutcome:
+    sweep_id: str
+    parent_run_id: str
+    experiment_id: str
+    trials: int
+    errors: int
+
+
+def new_sweep_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def mlflow_experiment_name(spec: SweepSpec) -> str:
+    return f"actsweep/{spec.name}"
+
+
+_dashboard_url: str | None = None
+
+
+def connect_ray(settings: Settings) -> str | None:
+    """Join the Ray at ACTSWEEP_RAY_ADDRESS, or start a local one; returns the dashboard URL."""
+    global _dashboard_url
+    if not ray.is_initialized():
+        if settings.ray_address:
+            context = ray.init(address=settings.ray_address, log_to_driver=False)
+        else:
+            context = ray.init(num_cpus=settings.num_cpus, include_dashboard=settings.dashboard,
+                               log_to_driver=False)
+        _dashboard_url = f"http://{context.dashboard_url}" if context.dashboard_url else None
+    return _dashboard_url
+
+
+def param_space(spec: SweepSpec) -> dict:
+    """Tune's search space: the shared settings plus one grid_search per axis and the seeds."""
+    return {
+        **spec.trial_base(),
+        "activation": tune.grid_search(spec.activation),
+        "lr": tune.grid_search(spec.lr),
+        "dropout": tune.grid_search(spec.dropout),
+        "seed": tune.grid_search(spec.seed_list),
+    }
+
+
+def load_splits(spec: SweepSpec, settings: Settings) -> Splits:
+    """The spec's dataset; raises DatasetNotFound (with instructions) before anything starts."""
+    return load_dataset(spec.dataset, settings.resolved_data_dir, settings.download, spec.val_size,
+                        spec.train_subset)
+
+
+def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = None, sweep_id: str | None = None,
+              quick: bool = False, name: str | None = None,
+              callbacks: tuple[tune.Callback, ...] = ()) -> SweepOutcome:
+    """Run every trial of ``spec`` on Ray Tune and log them to MLflow; blocks until done."""
+    sweep_id = sweep_id or new_sweep_id()
+    splits = splits or load_splits(spec, settings)  # a missing dataset fails before anything is created
+
+    # -- MLflow: the experiment, and the sweep's parent run ---------------------------------------
+    client = MlflowClient(settings.resolved_tracking_uri)
+    local_store = not settings.resolved_tracking_uri.startswith(("http://", "https://", "databricks"))
+    exp_id = experiment_id(client, mlflow_experiment_name(spec), settings.artifact_root if local_store else None)
+    sweep_tags = {"sweep_id": sweep_id, "experiment": spec.name}
+    parent_tags = {**sweep_tags, "quick": str(quick).lower(), "data_source": splits.source,
+                   "select_lr_by": spec.protocol.select_lr_by, "headline_metric": spec.protocol.headline_metric}
+    params = {**flatten(spec.trial_base()), "trials": spec.trial_count, **{f"data.{k}": v for k, v in splits.sizes().items()}}
+    parent_run_id = start_parent_run(client, exp_id, name or f"{spec.name}-{sweep_id}", parent_tags, params,
+                                     spec.model_dump(mode="json"))
+
+    # -- Ray Tune: one trial per grid point and seed ---------------------------------------------
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # progress is ours (callbacks); keep Tune's tables off
+    connect_ray(settings)
+    resources = {"cpu": spec.execution.cpus_per_trial, "gpu": spec.execution.gpus_per_trial}
+    trainable = tune.with_resources(tune.with_parameters(run_trial, splits=splits), resources)
+    logger = MLflowTrialLogger(settings.resolved_tracking_uri, exp_id, parent_run_id, sweep_tags)
+    tuner = tune.Tuner(
+        trainable,
+        param_space=param_space(spec),
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=spec.execution.max_concurrent_trials,
+            trial_dirname_creator=lambda trial: trial.trial_id,
+        ),
+        run_config=tune.RunConfig(
+            name=f"{spec.name}-{sweep_id}",
+            storage_path=str(settings.ray_results),
+            callbacks=[logger, *callbacks],
+            verbose=0,
+        ),
+    )
+    try:
+        grid = tuner.fit()
+    except BaseException:
+        client.set_terminated(parent_run_id, "KILLED")
+        raise
+    client.set_terminated(parent_run_id, "FINISHED" if not grid.errors else "FAILED")
+    return SweepOutcome(sweep_id, parent_run_id, exp_id, len(grid), len(grid.errors))

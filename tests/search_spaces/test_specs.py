@@ -1,0 +1,73 @@
+import pytest
+
+from search_spaces import SpecError, catalog, load_spec, parse_set_options
+
+
+def test_mnist_classification_carries_the_papers_settings():
+    spec = load_spec("mnist_classification")
+    assert (spec.model.depth, spec.model.width, spec.model.init) == (8, 128, "unit_norm_rows")
+    assert (spec.optimizer, spec.epochs, spec.batch_size, spec.val_size) == ("adam", 50, 128, 5000)
+    assert spec.lr == [1e-3, 1e-4, 1e-5] and spec.dropout == [0.0, 0.5]
+    assert spec.activation == ["gelu", "relu", "elu"] and spec.seed_list == [0, 1, 2, 3, 4]
+    assert spec.trial_count == 3 * 3 * 2 * 5
+    assert spec.protocol.aggregate == "median" and spec.protocol.select_lr_by == "val_loss"
+
+
+def test_quick_variant_shrinks_the_run_but_keeps_the_network():
+    full, quick = load_spec("mnist_classification"), load_spec("mnist_classification", quick=True)
+    assert quick.model == full.model and quick.activation == full.activation
+    assert quick.epochs < full.epochs and quick.trial_count < full.trial_count
+    assert quick.trial_count >= 3 * 2 * 2  # at least 3 activations × 2 lrs × 2 seeds
+
+
+def test_catalog_lists_trial_counts():
+    rows = {row["name"]: row for row in catalog()}
+    assert rows["mnist_classification"]["trials"] == 90
+    assert rows["mnist_classification"]["section"].startswith("§3.1")
+
+
+def test_set_options_parse_scalars_and_comma_lists():
+    assert parse_set_options(["epochs=3", "lr=0.001,0.0001", "activation=gelu,relu", "dropout=0",
+                              "model.width=64"]) == {
+        "epochs": 3, "lr": [0.001, 0.0001], "activation": ["gelu", "relu"], "dropout": 0, "model.width": 64}
+
+
+def test_overrides_replace_axes_and_reach_nested_fields():
+    spec = load_spec("mnist_classification", overrides=parse_set_options(
+        ["epochs=3", "seeds=3", "lr=0.001,0.0001", "activation=gelu,relu", "dropout=0", "model.width=64"]))
+    assert (spec.epochs, spec.seed_list, spec.lr, spec.activation, spec.dropout) == (
+        3, [0, 1, 2], [0.001, 0.0001], ["gelu", "relu"], [0.0])
+    assert spec.model.width == 64 and spec.trial_count == 2 * 2 * 1 * 3
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"activation": ["gelu", "swish"]}, r"activation\[1\]: .*'gelu'.*'soi'"),
+    ({"lr": -0.1}, r"lr\[0\]: Input should be greater than 0"),
+    ({"dropout": 1.0}, r"dropout: .*\[0, 1\)"),
+    ({"epochz": 3}, r"epochz: unknown field; accepted: .*epochs"),
+    ({"model.depht": 3}, r"model.depht: unknown field; accepted: kind, depth, width, init"),
+    ({"dataset": "imagenet"}, r"dataset: Input should be 'mnist' or 'digits'"),
+    ({"seeds": 0}, r"seeds"),
+])
+def test_bad_values_name_the_field_and_what_is_accepted(overrides, message):
+    with pytest.raises(SpecError, match=message) as raised:
+        load_spec("mnist_classification", overrides=overrides)
+    assert "\n" not in str(raised.value)
+
+
+def test_unknown_experiment_lists_the_catalog():
+    with pytest.raises(SpecError, match="experiment: unknown 'mnist_classificaton'; accepted: mnist_classification"):
+        load_spec("mnist_classificaton")
+
+
+def test_bad_set_syntax():
+    with pytest.raises(SpecError, match="--set: expected NAME=VALUE"):
+        parse_set_options(["epochs"])
+
+
+def test_user_yaml_file(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\ndataset: digits\nval_size: 100\nepochs: 2\nbatch_size: 32\n"
+                    "activation: [silu, lalu]\nlr: [0.01]\nseeds: [7, 9]\n")
+    spec = load_spec(str(path))
+    assert spec.trial_count == 4 and spec.seed_list == [7, 9] and spec.model.depth == 8

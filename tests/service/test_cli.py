@@ -1,0 +1,109 @@
+"""The command line, end to end: a real local Ray, a real MLflow store, real data (digits)."""
+import json
+import subprocess
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from service.cli import main
+from tests.conftest import REPO, actsweep_command
+
+# 3 activations (one stochastic) × 2 lrs × 2 seeds on scikit-learn's real digits, 2 epochs each.
+E2E_SET = ["dataset=digits", "val_size=200", "epochs=2", "batch_size=64", "model.depth=3", "model.width=32",
+           "activation=gelu,relu,soi", "lr=0.01,0.001", "dropout=0", "seeds=2"]
+
+
+def _run(env, *args, timeout=600):
+    return subprocess.run(actsweep_command(*args), cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory):
+    import os
+
+    home = tmp_path_factory.mktemp("e2e")
+    env = {**os.environ, "ACTSWEEP_HOME": str(home), "ACTSWEEP_NUM_CPUS": "2", "ACTSWEEP_DASHBOARD": "false"}
+    args = ["run", "mnist_classification", "--quick", "--json"] + [a for s in E2E_SET for a in ("--set", s)]
+    done = _run(env, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return env, json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_sweep_runs_every_trial_and_prints_medians(e2e):
+    env, output, stderr = e2e
+    rows = output["results"]
+    assert {(r["activation"], r["lr"]) for r in rows} == {(a, lr) for a in ("gelu", "relu", "soi") for lr in (0.01, 0.001)}
+    assert all(r["n_seeds"] == 2 and r["dropout"] == 0.0 for r in rows)
+    assert all(0.0 <= r["test_error"] < 0.9 for r in rows)  # learned something on real digits
+    for activation in ("gelu", "relu", "soi"):  # one lr chosen per activation, the lowest val_loss
+        mine = [r for r in rows if r["activation"] == activation]
+        assert [r["lr"] for r in mine if r["lr_chosen"]] == [min(mine, key=lambda r: r["val_loss"])["lr"]]
+    assert "[12/12]" in stderr  # the live progress reported every trial
+
+
+def test_every_trial_is_a_child_run_with_per_epoch_metrics(e2e):
+    env, output, _ = e2e
+    client = MlflowClient(f"sqlite:///{env['ACTSWEEP_HOME']}/mlflow.db")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, f"tags.sweep_id = '{output['sweep_id']}'")
+    parents = [r for r in runs if r.data.tags["role"] == "sweep"]
+    children = [r for r in runs if r.data.tags["role"] == "trial"]
+    assert len(parents) == 1 and len(children) == 12
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert {(r.data.tags["activation"], r.data.tags["seed"]) for r in children} == {
+        (a, s) for a in ("gelu", "relu", "soi") for s in ("0", "1")}
+    child = children[0]
+    assert child.info.status == "FINISHED" and child.data.params["model.depth"] == "3"
+    history = client.get_metric_history(child.info.run_id, "val_loss")
+    assert [m.step for m in history] == [1, 2]
+
+
+def test_report_reads_the_same_numbers_back(e2e):
+    env, output, _ = e2e
+    report = _run(env, "report", output["sweep_id"], "--format", "json")
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["results"] == output["results"]
+    markdown = _run(env, "report", output["sweep_id"], "--format", "md").stdout
+    assert "| activation" in markdown and "val_loss (validation data, never test)" in markdown
+    csv_lines = _run(env, "report", output["sweep_id"], "--format", "csv").stdout.strip().splitlines()
+    assert csv_lines[0].startswith("activation,dropout,lr") and len(csv_lines) == 1 + 6
+
+
+def test_bad_input_exits_2_with_one_line_naming_the_field(actsweep_env):
+    done = _run(actsweep_env, "run", "mnist_classification", "--set", "activation=gelu,swish")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "activation[1]" in lines[0] and "'gelu_tanh'" in lines[0]
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--set", "lr=-0.1"], "lr[0]"),
+    (["--set", "dropout=0,1.5"], "dropout"),
+    (["--set", "learning_rate=0.1"], "learning_rate: unknown field"),
+    (["--set", "dataset=cifar"], "dataset"),
+])
+def test_bad_values_exit_2(actsweep_env, capsys, args, field):
+    assert main(["run", "mnist_classification", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and field in err
+
+
+def test_missing_dataset_exits_2_naming_the_directory(actsweep_env, tmp_path, monkeypatch, capsys):
+    import workers.datasets as datasets
+
+    monkeypatch.setattr(datasets, "_mnist_from_package", lambda: None)  # injected fault: no offline copy
+    monkeypatch.setenv("ACTSWEEP_DATA_DIR", str(tmp_path / "data"))
+    assert main(["run", "mnist_classification", "--quick"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{tmp_path}/data/MNIST/raw" in err and "dataset: mnist not found" in err
+
+
+def test_unknown_sweep_exits_2(actsweep_env, capsys):
+    assert main(["report", "0000deadbeef"]) == 2
+    assert "no sweep '0000deadbeef'" in capsys.readouterr().err
+
+
+def test_experiments_json_lists_the_catalog(actsweep_env):
+    done = _run(actsweep_env, "experiments", "--json")
+    rows = {r["name"]: r for r in json.loads(done.stdout)}
+    assert rows["mnist_classification"]["trials"] == 90 and rows["mnist_classification"]["paper"] == "gelu"

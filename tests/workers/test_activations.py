@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+
+from workers.activations import ACTIVATIONS, Activation, gelu, gelu_tanh, lalu, soi_map
+
+GRID = torch.linspace(-6, 6, 2001, dtype=torch.float64)
+
+
+def test_gelu_is_x_times_normal_cdf():
+    expected = GRID.numpy() * norm.cdf(GRID.numpy())
+    np.testing.assert_allclose(gelu(GRID).numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_general_gelu_uses_mu_and_sigma():
+    expected = GRID.numpy() * norm.cdf(GRID.numpy(), loc=0.5, scale=2.0)
+    np.testing.assert_allclose(gelu(GRID, mu=0.5, sigma=2.0).numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_tanh_approximation_within_1e_3_on_minus6_to_6():
+    assert (gelu_tanh(GRID) - gelu(GRID)).abs().max().item() < 1e-3
+
+
+def test_gelu_tends_to_relu_as_sigma_shrinks():
+    gaps = [(gelu(GRID, sigma=s) - torch.relu(GRID)).abs().max().item() for s in (1.0, 0.1, 0.01, 0.001)]
+    assert all(a > b for a, b in zip(gaps, gaps[1:]))  # shrinks monotonically
+    assert gaps[-1] < 2e-4  # the largest gap is about 0.17 sigma, at |x| ≈ sigma
+
+
+def test_soi_monte_carlo_mean_in_train_mode_approaches_gelu():
+    x = torch.linspace(-3, 3, 61, dtype=torch.float64)
+    samples = 20_000
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.stack([soi_map(x, training=True, generator=generator) for _ in range(samples)])
+    standard_error = draws.std(dim=0) / samples ** 0.5
+    assert ((draws.mean(dim=0) - gelu(x)).abs() <= 5 * standard_error + 1e-12).all()
+    # each draw is either 0 or x: the map zeroes or passes the input, it does not scale it
+    assert ((draws == 0) | (draws == x)).all()
+
+
+def test_soi_in_eval_mode_is_deterministic_and_equals_gelu():
+    module = Activation("soi").eval()
+    x = torch.randn(1000, dtype=torch.float64)
+    assert torch.equal(module(x), module(x))
+    torch.testing.assert_close(module(x), gelu(x))
+    assert not torch.equal(module.train()(x), module(x))  # train mode samples
+
+
+def test_soi_gradient_flows_where_the_mask_is_one():
+    x = torch.randn(500, requires_grad=True)
+    out = soi_map(x, training=True, generator=torch.Generator().manual_seed(1))
+    out.sum().backward()
+    kept = out.detach() != 0
+    assert torch.equal(x.grad, kept.float())
+
+
+@pytest.mark.parametrize("name, x, expected", [
+    ("relu", -2.0, 0.0), ("elu", -1.0, np.expm1(-1.0)), ("lrelu", -2.0, -0.2),
+    ("silu", 1.0, 1 / (1 + np.exp(-1.0))), ("lalu", 1.0, 1.0 * (1 - 0.5 * np.exp(-1.0))),
+])
+def test_pointwise_values(name, x, expected):
+    assert Activation(name)(torch.tensor([x], dtype=torch.float64)).item() == pytest.approx(expected)
+
+
+def test_lalu_is_x_times_laplace_cdf():
+    from scipy.stats import laplace
+
+    np.testing.assert_allclose(lalu(GRID).numpy(), GRID.numpy() * laplace.cdf(GRID.numpy()), atol=1e-12)
+
+
+def test_unknown_activation_names_the_accepted_ones():
+    with pytest.raises(ValueError, match="activation: unknown 'swish'.*gelu_tanh"):
+        Activation("swish")
+    assert set(ACTIVATIONS) >= {"gelu", "gelu_tanh", "relu", "elu", "silu", "lrelu", "soi"}

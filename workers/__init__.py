@@ -1,0 +1,1 @@
+"""Training side of actsweep: activations, models, datasets, the training loop and the Ray Tune trainable."""

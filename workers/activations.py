@@ -1,0 +1,95 @@
+"""The nonlinearities compared by the GELU and ELU papers.
+
+Every activation is an ``nn.Module`` built by :func:`make_activation` from its name, so a spec
+names it with one string. The maths follows the papers:
+
+- GELU (Hendrycks & Gimpel §2): x·Φ(x), Φ the standard normal CDF; the general form
+  x·P(X ≤ x), X ~ N(μ, σ²), tends to ReLU as σ → 0.
+- gelu_tanh: the paper's approximation 0.5x(1 + tanh[√(2/π)(x + 0.044715x³)]), used in every
+  experiment of the paper.
+- SOI, the stochastic 0-I map (§4): in training the input is multiplied by m ~ Bernoulli(Φ(x));
+  at test time it returns the expectation x·Φ(x), which is the GELU.
+- lalu: the Laplace variant x·P(L ≤ x), L ~ Laplace(0, 1), suggested in §2.
+- ELU (Clevert et al.) with α = 1, LReLU with slope 0.1 (as in the ELU paper), SiLU x·σ(x).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "elu", "lrelu", "silu", "soi", "lalu")
+STOCHASTIC_ACTIVATIONS = frozenset({"soi"})
+
+
+def normal_cdf(x: Tensor) -> Tensor:
+    """Φ(x), the standard normal CDF."""
+    return 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def gelu(x: Tensor, mu: float = 0.0, sigma: float = 1.0) -> Tensor:
+    """x·P(X ≤ x) with X ~ N(mu, sigma²); mu=0, sigma=1 is the GELU of the paper."""
+    if mu == 0.0 and sigma == 1.0:
+        return F.gelu(x)  # fused kernel, same value as x * normal_cdf(x)
+    return x * normal_cdf((x - mu) / sigma)
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """The paper's tanh approximation of the GELU."""
+    return F.gelu(x, approximate="tanh")
+
+
+def lalu(x: Tensor) -> Tensor:
+    """x·P(L ≤ x) with L ~ Laplace(0, 1)."""
+    laplace_cdf = 0.5 + 0.5 * torch.sign(x) * (1.0 - torch.exp(-x.abs()))
+    return x * laplace_cdf
+
+
+def soi_map(x: Tensor, training: bool, generator: torch.Generator | None = None) -> Tensor:
+    """The stochastic 0-I map: m·x with m ~ Bernoulli(Φ(x)) in training, x·Φ(x) at test time.
+
+    The mask is sampled without gradient (it is a sample, not a function of x), so the
+    gradient in training flows through the identity branch where m = 1, as with dropout.
+    """
+    if not training:
+        return gelu(x)
+    with torch.no_grad():
+        mask = torch.bernoulli(normal_cdf(x), generator=generator)
+    return mask * x
+
+
+_DETERMINISTIC: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu": gelu,
+    "gelu_tanh": gelu_tanh,
+    "relu": F.relu,
+    "elu": lambda x: F.elu(x, alpha=1.0),
+    "lrelu": lambda x: F.leaky_relu(x, negative_slope=0.1),
+    "silu": F.silu,
+    "lalu": lalu,
+}
+
+
+class Activation(nn.Module):
+    """A named pointwise nonlinearity; ``soi`` is stochastic in train mode only."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        if name not in ACTIVATIONS:
+            raise ValueError(f"activation: unknown {name!r}; accepted: {', '.join(ACTIVATIONS)}")
+        self.name = name
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.name == "soi":
+            return soi_map(x, self.training)
+        return _DETERMINISTIC[self.name](x)
+
+    def extra_repr(self) -> str:
+        return self.name
+
+
+def make_activation(name: str) -> Activation:
+    """The activation module for a spec's activation name."""
+    return Activation(name)

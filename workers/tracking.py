@@ -1,0 +1,97 @@
+"""MLflow logging of a sweep: one parent run per sweep, one child run per trial.
+
+Runs are written from the sweep driver by a Tune callback, so trial workers never need to reach
+the tracking store, the SQLite default has a single writer, and metrics go out in one
+``log_batch`` call per epoch.
+"""
+from __future__ import annotations
+
+import time
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from ray import tune
+
+EPOCH_METRICS = ("train_loss", "train_loss_eval", "train_error_eval", "val_loss", "val_error",
+                 "test_loss", "test_error", "diverged", "epoch_seconds")
+GRID_TAGS = ("activation", "lr", "dropout", "seed")
+
+
+def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def experiment_id(client: MlflowClient, name: str, artifact_root: Path | None) -> str:
+    """The id of MLflow experiment ``name``, created on first use."""
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    location = (artifact_root / name.replace("/", "_")).as_uri() if artifact_root else None
+    return client.create_experiment(name, artifact_location=location)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class MLflowTrialLogger(tune.Callback):
+    """Creates each trial's child run on start and logs its metrics after every epoch."""
+
+    def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str, sweep_tags: dict[str, str]):
+        self.tracking_uri = tracking_uri
+        self.experiment_id = experiment_id
+        self.parent_run_id = parent_run_id
+        self.sweep_tags = sweep_tags
+        self.run_ids: dict[str, str] = {}  # Tune trial id → MLflow run id
+
+    @cached_property
+    def client(self) -> MlflowClient:
+        return MlflowClient(self.tracking_uri)
+
+    def __getstate__(self):  # Tune pickles its callbacks with the experiment state
+        return {k: v for k, v in self.__dict__.items() if k != "client"}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if trial.trial_id in self.run_ids:  # a retried trial keeps its run
+            return
+        cfg = trial.config
+        tags = {**self.sweep_tags, "mlflow.parentRunId": self.parent_run_id, "role": "trial",
+                "trial_id": trial.trial_id, **{k: str(cfg[k]) for k in GRID_TAGS}}
+        name = f"{cfg['activation']}-lr{cfg['lr']:g}-do{cfg['dropout']:g}-s{cfg['seed']}"
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        params = [Param(k, str(v)) for k, v in flatten(cfg).items()]
+        self.client.log_batch(run.info.run_id, params=params)
+        self.run_ids[trial.trial_id] = run.info.run_id
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        now, step = _now_ms(), int(result["epoch"])
+        metrics = [Metric(k, float(result[k]), now, step) for k in EPOCH_METRICS if k in result]
+        self.client.log_batch(self.run_ids[trial.trial_id], metrics=metrics)
+        if result.get("diverged"):
+            self.client.set_tag(self.run_ids[trial.trial_id], "diverged", "true")
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.client.set_terminated(self.run_ids[trial.trial_id], "FINISHED")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        if trial.trial_id in self.run_ids:
+            self.client.set_terminated(self.run_ids[trial.trial_id], "FAILED")
+
+
+def start_parent_run(client: MlflowClient, exp_id: str, run_name: str, tags: dict[str, str],
+                     params: dict[str, Any], spec: dict) -> str:
+    """The sweep's parent run, with the resolved spec attached as ``spec.json``."""
+    run = client.create_run(exp_id, run_name=run_name, tags={**tags, "role": "sweep"})
+    client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()],
+                     tags=[RunTag(k, v) for k, v in tags.items()])
+    client.log_dict(run.info.run_id, spec, "spec.json")
+    return run.info.run_id
