@@ -41,7 +41,7 @@ def cmd_run(args) -> int:
     from service.sweeps import connect_ray, load_splits, new_sweep_id, run_sweep
 
     splits = load_splits(spec, settings)
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     sweep_id = new_sweep_id()
     console.print(f"[bold]{spec.name}[/] sweep {sweep_id}{' (quick)' if args.quick else ''}: "
                   f"{len(spec.activation)} activations × {len(spec.lr)} lrs × {len(spec.dropout)} dropouts × "
