@@ -13,7 +13,14 @@ SPEC_DIR = Path(__file__).parent
 
 
 class SpecError(ValueError):
-    """A spec or an override is invalid; the message is one line naming the field."""
+    """A spec or an override is invalid; the message is one line naming the field.
+
+    ``errors`` holds the same as ``[{"loc": (field, ...), "msg": ...}]`` for the REST API.
+    """
+
+    def __init__(self, message: str, errors: list[dict] | None = None):
+        super().__init__(message)
+        self.errors = errors or [{"loc": (message.split(":", 1)[0],), "msg": message}]
 
 
 def experiment_names() -> list[str]:
@@ -74,25 +81,28 @@ def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
     return list(model.model_fields)
 
 
-def describe_validation_error(error: ValidationError, model: type[BaseModel] = SweepSpec) -> str:
-    """One line per pydantic error, naming the field, joined with '; '."""
-    messages = []
+def field_errors(error: ValidationError, model: type[BaseModel] = SweepSpec) -> list[dict]:
+    """Each pydantic error as ``{"loc", "field", "msg"}``, the message naming what is accepted."""
+    found = []
     for item in error.errors():
-        loc = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in item["loc"]).replace(".[", "[")
+        field = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in item["loc"]).replace(".[", "[")
         if item["type"] == "extra_forbidden":
-            messages.append(f"{loc}: unknown field; accepted: {', '.join(_fields_at(model, item['loc']))}")
+            msg = f"unknown field; accepted: {', '.join(_fields_at(model, item['loc']))}"
         elif item["type"] == "missing":
-            messages.append(f"{loc}: required field is missing")
+            msg = "required field is missing"
         else:
-            messages.append(f"{loc}: {item['msg']} (got {item.get('input')!r})")
-    return "; ".join(messages)
+            msg = f"{item['msg']} (got {item.get('input')!r})"
+        found.append({"loc": tuple(item["loc"]), "field": field, "msg": msg})
+    return found
 
 
 def validate_spec(raw: dict, origin: str) -> SweepSpec:
     try:
         return SweepSpec.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError(f"spec {origin}: {describe_validation_error(exc)}") from None
+        errors = field_errors(exc)
+        message = "; ".join(f"{e['field']}: {e['msg']}" for e in errors)
+        raise SpecError(f"spec {origin}: {message}", errors) from None
 
 
 def raw_spec(name_or_path: str) -> dict:

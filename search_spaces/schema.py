@@ -7,7 +7,7 @@ names the field.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
 
@@ -25,8 +25,8 @@ class StrictModel(BaseModel):
 
 class ModelSpec(StrictModel):
     kind: Literal["mlp"] = "mlp"
-    depth: PositiveInt = 8  # hidden layers
-    width: PositiveInt = 128  # units per hidden layer
+    depth: int = Field(8, ge=1, le=200)  # hidden layers
+    width: int = Field(128, ge=1, le=65536)  # units per hidden layer
     init: Literal["unit_norm_rows", "he", "torch_default"] = "unit_norm_rows"
 
 
@@ -73,14 +73,15 @@ class SweepSpec(StrictModel):
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: NonNegativeFloat = 0.0
     weight_decay: NonNegativeFloat = 0.0
-    epochs: PositiveInt
-    batch_size: PositiveInt
+    epochs: int = Field(ge=1, le=10_000)
+    batch_size: int = Field(ge=1, le=1_000_000)
 
     # the grid: activation × lr × dropout × seed
     activation: list[ActivationName] = Field(min_length=1)
     lr: list[PositiveFloat] = Field(min_length=1)
     dropout: list[float] = Field(default=[0.0], min_length=1)
-    seeds: PositiveInt | list[int] = 1  # a count (seeds 0..n-1) or explicit seeds
+    # a count (seeds 0..n-1) or explicit seeds
+    seeds: Annotated[int, Field(ge=1, le=1000)] | Annotated[list[int], Field(min_length=1, max_length=1000)] = 1
 
     protocol: Protocol = Protocol()
     claims: list[str] = []
@@ -114,6 +115,11 @@ class SweepSpec(StrictModel):
     @property
     def trial_count(self) -> int:
         return len(self.activation) * len(self.lr) * len(self.dropout) * len(self.seed_list)
+
+    def grid_points(self) -> list[dict]:
+        """Every trial of the sweep, in a fixed order: activation, dropout, lr, then seed."""
+        return [{"activation": a, "dropout": d, "lr": lr, "seed": seed}
+                for a in self.activation for d in self.dropout for lr in self.lr for seed in self.seed_list]
 
     def trial_base(self) -> dict:
         """The settings every trial of the sweep shares (the grid axes are added per trial)."""

@@ -2,6 +2,7 @@
 on validation (GELU paper §3: "we report the median over runs"; lr tuned on held-out data)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -34,7 +35,8 @@ class SweepResults:
         return table.to_dict(orient="records")
 
 
-def _search(client: MlflowClient, filter_string: str) -> list:
+def search_runs(client: MlflowClient, filter_string: str) -> list:
+    """Every run in any experiment of the store that matches ``filter_string`` (all pages)."""
     experiment_ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
     runs, token = [], None
     while True:
@@ -46,7 +48,9 @@ def _search(client: MlflowClient, filter_string: str) -> list:
 
 
 def find_parent_run(client: MlflowClient, sweep_id: str):
-    found = _search(client, f"tags.sweep_id = '{sweep_id}' and tags.role = 'sweep'")
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", sweep_id):  # it goes into a filter string
+        raise SweepNotFound(f"sweep_id: {sweep_id!r} is not a sweep id (letters, digits, _ and -)")
+    found = search_runs(client, f"tags.sweep_id = '{sweep_id}' and tags.role = 'sweep'")
     if not found:
         raise SweepNotFound(f"sweep_id: no sweep {sweep_id!r} in the MLflow store")
     return found[0]
@@ -55,7 +59,7 @@ def find_parent_run(client: MlflowClient, sweep_id: str):
 def trial_runs(client: MlflowClient, sweep_id: str) -> pd.DataFrame:
     """One row per trial run of the sweep: its grid point, seed, status and final metrics."""
     rows = []
-    for run in _search(client, f"tags.sweep_id = '{sweep_id}' and tags.role = 'trial'"):
+    for run in search_runs(client, f"tags.sweep_id = '{sweep_id}' and tags.role = 'trial'"):
         tags, metrics = run.data.tags, run.data.metrics
         rows.append({
             "run_id": run.info.run_id, "status": run.info.status,

@@ -1,4 +1,4 @@
-"""The ``actsweep`` command line: experiments, run, report."""
+"""The ``actsweep`` command line: experiments, run, report, serve."""
 from __future__ import annotations
 
 import argparse
@@ -80,6 +80,15 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from service.api.main import create_app
+
+    uvicorn.run(create_app(get_settings()), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="actsweep", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -102,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", choices=FORMATS, default="md")
     report.add_argument("--out", metavar="DIR", help="write the report into DIR instead of printing it")
     report.set_defaults(handler=cmd_report)
+    serve = commands.add_parser("serve", help="the REST service (sweeps run as Ray jobs)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(handler=cmd_serve)
     return parser
 
 

@@ -23,7 +23,13 @@ class Settings(BaseSettings):
     dashboard: bool = True  # start the Ray dashboard with a local Ray
     data_dir: Path | None = None  # default: HOME/data
     download: bool = True  # let torchvision download data where the internet is reachable
-    api_token: SecretStr | None = None
+    api_token: SecretStr | None = None  # when set, the REST API requires "Authorization: Bearer <token>"
+
+    # REST service
+    ray_dashboard_url: str = "http://127.0.0.1:8265"  # where sweeps are submitted as Ray jobs
+    start_local_ray: bool = True  # `serve` starts a local Ray head there when none answers
+    mlflow_ui_url: str | None = None  # for links; default: the tracking URI if it is http(s)
+    max_trials_per_sweep: int = 2000  # larger grids are rejected with 422, not run
 
     @cached_property
     def root(self) -> Path:
@@ -46,6 +52,13 @@ class Settings(BaseSettings):
     @property
     def resolved_data_dir(self) -> Path:
         return (self.data_dir or self.root / "data").expanduser()
+
+    @property
+    def resolved_mlflow_ui_url(self) -> str:
+        if self.mlflow_ui_url:
+            return self.mlflow_ui_url.rstrip("/")
+        uri = self.resolved_tracking_uri
+        return uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
 
     @property
     def ray_results(self) -> Path:

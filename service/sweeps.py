@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
+from typing import Callable
 
 import ray
 from mlflow.tracking import MlflowClient
@@ -40,10 +41,11 @@ def connect_ray(settings: Settings) -> str | None:
     """Join the Ray at ACTSWEEP_RAY_ADDRESS, or start a local one; returns the dashboard URL."""
     global _dashboard_url
     if not ray.is_initialized():
-        if settings.ray_address:
-            context = ray.init(address=settings.ray_address, log_to_driver=False)
-        else:
-            context = ray.init(num_cpus=settings.num_cpus, include_dashboard=settings.dashboard,
+        address = settings.ray_address or os.environ.get("RAY_ADDRESS")  # set inside a Ray job
+        if address:
+            context = ray.init(address=address, log_to_driver=False)
+        else:  # "local": a new Ray, even where another one runs on this machine
+            context = ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=settings.dashboard,
                                log_to_driver=False)
         _dashboard_url = f"http://{context.dashboard_url}" if context.dashboard_url else None
     return _dashboard_url
@@ -67,9 +69,12 @@ def load_splits(spec: SweepSpec, settings: Settings) -> Splits:
 
 
 def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = None, sweep_id: str | None = None,
-              quick: bool = False, name: str | None = None,
-              callbacks: tuple[tune.Callback, ...] = ()) -> SweepOutcome:
-    """Run every trial of ``spec`` on Ray Tune and log them to MLflow; blocks until done."""
+              quick: bool = False, name: str | None = None, callbacks: tuple[tune.Callback, ...] = (),
+              on_parent_run: Callable[[str, str], None] | None = None) -> SweepOutcome:
+    """Run every trial of ``spec`` on Ray Tune and log them to MLflow; blocks until done.
+
+    ``on_parent_run(experiment_id, parent_run_id)`` is called once the MLflow parent run exists.
+    """
     sweep_id = sweep_id or new_sweep_id()
     splits = splits or load_splits(spec, settings)  # a missing dataset fails before anything is created
 
@@ -83,6 +88,8 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     params = {**flatten(spec.trial_base()), "trials": spec.trial_count, **{f"data.{k}": v for k, v in splits.sizes().items()}}
     parent_run_id = start_parent_run(client, exp_id, name or f"{spec.name}-{sweep_id}", parent_tags, params,
                                      spec.model_dump(mode="json"))
+    if on_parent_run:
+        on_parent_run(exp_id, parent_run_id)
 
     # -- Ray Tune: one trial per grid point and seed ---------------------------------------------
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # progress is ours (callbacks); keep Tune's tables off

@@ -52,6 +52,7 @@ class MLflowTrialLogger(tune.Callback):
         self.parent_run_id = parent_run_id
         self.sweep_tags = sweep_tags
         self.run_ids: dict[str, str] = {}  # Tune trial id → MLflow run id
+        self.ended: set[str] = set()
 
     @cached_property
     def client(self) -> MlflowClient:
@@ -62,6 +63,7 @@ class MLflowTrialLogger(tune.Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         if trial.trial_id in self.run_ids:  # a retried trial keeps its run
+            self.ended.discard(trial.trial_id)
             return
         cfg = trial.config
         tags = {**self.sweep_tags, "mlflow.parentRunId": self.parent_run_id, "role": "trial",
@@ -80,11 +82,19 @@ class MLflowTrialLogger(tune.Callback):
             self.client.set_tag(self.run_ids[trial.trial_id], "diverged", "true")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.client.set_terminated(self.run_ids[trial.trial_id], "FINISHED")
+        self._end(trial, "FINISHED")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        if trial.trial_id in self.run_ids:
-            self.client.set_terminated(self.run_ids[trial.trial_id], "FAILED")
+        self._end(trial, "FAILED")
+
+    def on_experiment_end(self, trials, **info):
+        for trial in trials:  # stopped by a cancel: what was logged stays, the run is marked KILLED
+            self._end(trial, "KILLED")
+
+    def _end(self, trial, status: str):
+        if trial.trial_id in self.run_ids and trial.trial_id not in self.ended:
+            self.client.set_terminated(self.run_ids[trial.trial_id], status)
+            self.ended.add(trial.trial_id)
 
 
 def start_parent_run(client: MlflowClient, exp_id: str, run_name: str, tags: dict[str, str],

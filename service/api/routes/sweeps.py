@@ -1,0 +1,64 @@
+"""/sweeps: submit, list, inspect, cancel, results."""
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Response, status
+from fastapi.responses import PlainTextResponse
+
+from service.aggregate import SweepNotFound, sweep_results
+from service.api.deps import get_jobs, get_settings, get_store, require_token
+from service.api.schemas import SweepCreate, SweepDetail, SweepPage, SweepPublic
+from service.jobs import RayJobs
+from service.report import render, to_json
+from service.settings import Settings
+from service.store import SWEEP_STATES, SweepStore
+from service.submission import SubmissionError, cancel_sweep, get_sweep, refresh, submit_sweep, to_detail, to_public
+
+router = APIRouter(prefix="/sweeps", tags=["sweeps"], dependencies=[Depends(require_token)])
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=SweepPublic)
+def create_sweep(body: SweepCreate, response: Response,
+                 idempotency_key: str | None = Header(default=None, max_length=200),
+                 store: SweepStore = Depends(get_store), jobs: RayJobs = Depends(get_jobs),
+                 settings: Settings = Depends(get_settings)):
+    record, replayed = submit_sweep(store, jobs, settings, body, idempotency_key)
+    response.headers["Location"] = f"/sweeps/{record.id}"
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return to_public(record, settings)
+
+
+@router.get("", response_model=SweepPage)
+def list_sweeps(offset: int = Query(0, ge=0), limit: int = Query(20, ge=1, le=200),
+                state: Literal[SWEEP_STATES] | None = None,  # type: ignore[valid-type]
+                store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
+    records, total = store.page(offset, limit, state)
+    return SweepPage(items=[to_public(r, settings) for r in records], total=total, offset=offset, limit=limit)
+
+
+@router.get("/{sweep_id}", response_model=SweepDetail)
+def read_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: RayJobs = Depends(get_jobs),
+               settings: Settings = Depends(get_settings)):
+    return to_detail(refresh(store, jobs, get_sweep(store, sweep_id)), settings)
+
+
+@router.delete("/{sweep_id}", status_code=status.HTTP_202_ACCEPTED, response_model=SweepPublic)
+def delete_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: RayJobs = Depends(get_jobs),
+                 settings: Settings = Depends(get_settings)):
+    return to_public(cancel_sweep(store, jobs, settings, sweep_id), settings)
+
+
+@router.get("/{sweep_id}/results")
+def read_results(sweep_id: str, format: Literal["json", "md", "csv"] = "json",
+                 store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
+    get_sweep(store, sweep_id)
+    try:
+        results = sweep_results(settings.resolved_tracking_uri, sweep_id)
+    except SweepNotFound:
+        raise SubmissionError(404, f"sweep {sweep_id} has no runs in MLflow yet") from None
+    if format == "json":
+        return to_json(results)
+    media = "text/markdown" if format == "md" else "text/csv"
+    return PlainTextResponse(render(results, format), media_type=media)

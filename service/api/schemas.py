@@ -1,0 +1,96 @@
+"""Request and response bodies (Create/Public pairs)."""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SweepCreate(BaseModel):
+    """``POST /sweeps``: a catalog experiment, optionally its quick variant, and overrides by the
+    same field names as the CLI's ``--set`` (grid axes as lists)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"experiment": "mnist_classification", "quick": True,
+         "overrides": {"epochs": 2, "lr": [0.001], "activation": ["gelu", "relu"]}, "name": "first try"}]})
+
+    experiment: str = Field(min_length=1, max_length=200, description="a name from GET /experiments")
+    quick: bool = False
+    overrides: dict[str, Any] = Field(default_factory=dict, description="spec fields by name, as `--set`")
+    name: str | None = Field(default=None, max_length=200)
+
+
+class Progress(BaseModel):
+    trials_total: int
+    trials_done: int  # succeeded, diverged or failed
+    trial_epochs_done: int
+    trial_epochs_total: int
+    fraction: float
+
+
+class Links(BaseModel):
+    ray_dashboard: str
+    ray_job: str | None
+    mlflow_experiment: str | None
+    mlflow_parent_run: str | None
+
+
+class TrialPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    position: int
+    activation: str
+    lr: float
+    dropout: float
+    seed: int
+    state: str
+    epoch: int
+    metrics: dict[str, float | None]
+    mlflow_run_id: str | None
+
+
+class SweepPublic(BaseModel):
+    id: str
+    name: str | None
+    experiment: str
+    quick: bool
+    overrides: dict[str, Any]
+    state: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    error: str | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    progress: Progress
+    links: Links
+
+
+class SweepDetail(SweepPublic):
+    spec: dict[str, Any]
+    trials: list[TrialPublic]
+
+
+class SweepPage(BaseModel):
+    items: list[SweepPublic]
+    total: int
+    offset: int
+    limit: int
+
+
+class ExperimentPublic(BaseModel):
+    name: str
+    title: str
+    paper: str
+    section: str
+    dataset: str
+    epochs: int
+    grid: dict[str, Any]
+    trials: int
+    quick_trials: int
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    ray: dict[str, Any]
+    mlflow: dict[str, Any]
+    database: dict[str, Any]

@@ -1,0 +1,62 @@
+"""The driver of one submitted sweep, run as a Ray job: ``python -m service.driver SWEEP_ID``.
+
+It reads the sweep record, runs the sweep (service.sweeps.run_sweep), and writes the sweep's
+and every trial's state back to the record as it goes.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+
+from search_spaces import SweepSpec
+from service.settings import get_settings
+from service.store import TERMINAL_STATES, SweepStore, utcnow
+from service.sweeps import run_sweep
+from service.trial_states import TrialStateRecorder, grid_key
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # Ray stops a job with SIGTERM: stop Tune as on Ctrl-C
+
+
+def drive(sweep_id: str) -> int:
+    settings = get_settings()
+    store = SweepStore(settings.resolved_database_url)
+    record = store.get(sweep_id)
+    if record is None:
+        print(f"no sweep {sweep_id} in {settings.resolved_database_url}", file=sys.stderr)
+        return 2
+    if record.state in TERMINAL_STATES:  # cancelled before the job started
+        return 0
+    store.update(sweep_id, state="running", started_at=utcnow())
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        spec = SweepSpec.model_validate(record.spec)
+        positions = {grid_key(_point(trial)): trial.position for trial in record.trials}
+        outcome = run_sweep(
+            spec, settings, sweep_id=sweep_id, quick=record.quick, name=record.name,
+            callbacks=(TrialStateRecorder(settings.resolved_database_url, settings.resolved_tracking_uri,
+                                          sweep_id, positions),),
+            on_parent_run=lambda exp_id, run_id: store.update(
+                sweep_id, mlflow_experiment_id=exp_id, mlflow_parent_run_id=run_id))
+    except KeyboardInterrupt:
+        store.finish(sweep_id, "cancelled")
+        return 0
+    except Exception as exc:
+        store.finish(sweep_id, "failed", error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+        raise
+    if store.get(sweep_id).cancel_requested:
+        store.finish(sweep_id, "cancelled")
+    elif outcome.errors:
+        store.finish(sweep_id, "failed", error=f"{outcome.errors} of {outcome.trials} trials failed")
+    else:
+        store.finish(sweep_id, "succeeded")
+    return 0
+
+
+def _point(trial) -> dict:
+    return {"activation": trial.activation, "dropout": trial.dropout, "lr": trial.lr, "seed": trial.seed}
+
+
+if __name__ == "__main__":
+    sys.exit(drive(sys.argv[1]))

@@ -1,0 +1,148 @@
+"""What the REST routes do: submit, cancel and describe sweeps (plain functions, no HTTP)."""
+from __future__ import annotations
+
+import time
+
+from mlflow.tracking import MlflowClient
+
+from search_spaces import SpecError, load_spec
+from service.api.schemas import Links, Progress, SweepCreate, SweepDetail, SweepPublic, TrialPublic
+from service.jobs import TERMINAL_JOB_STATES, RayJobs, job_id_for
+from service.settings import Settings
+from service.store import TERMINAL_STATES, DuplicateIdempotencyKey, SweepRecord, SweepStore
+from service.sweeps import new_sweep_id
+
+FINISHED_TRIAL_STATES = ("succeeded", "diverged", "failed")
+
+
+class SubmissionError(Exception):
+    """A request that cannot be carried out; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, detail):
+        super().__init__(str(detail))
+        self.status, self.detail = status, detail
+
+
+def _spec_errors(exc: SpecError) -> list[dict]:
+    detail = []
+    for error in exc.errors:
+        loc = list(error["loc"])
+        where = ["body", "experiment"] if loc[:1] == ["experiment"] else ["body", "overrides", *loc]
+        detail.append({"loc": where, "msg": error["msg"], "type": "value_error"})
+    return detail
+
+
+def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: SweepCreate,
+                 idempotency_key: str | None = None) -> tuple[SweepRecord, bool]:
+    """Validate, record and start a sweep; returns (record, replayed). A repeated
+    Idempotency-Key returns the first sweep made with it."""
+    if idempotency_key:
+        first = store.by_idempotency_key(idempotency_key)
+        if first is not None:
+            return first, True
+    try:
+        spec = load_spec(body.experiment, quick=body.quick, overrides=body.overrides)
+    except SpecError as exc:
+        raise SubmissionError(422, _spec_errors(exc)) from None
+    if spec.trial_count > settings.max_trials_per_sweep:
+        raise SubmissionError(422, [{"loc": ["body", "overrides"], "type": "value_error",
+                                     "msg": f"the grid has {spec.trial_count} trials; at most "
+                                            f"{settings.max_trials_per_sweep} per sweep (ACTSWEEP_MAX_TRIALS_PER_SWEEP)"}])
+    record = SweepRecord(id=new_sweep_id(), name=body.name, experiment=spec.name, quick=body.quick,
+                         overrides=body.overrides, spec=spec.model_dump(mode="json"), state="queued",
+                         trials_total=spec.trial_count, epochs=spec.epochs, idempotency_key=idempotency_key)
+    try:
+        record = store.create(record, spec.grid_points())
+    except DuplicateIdempotencyKey:  # a concurrent request with the same key won the race
+        return store.by_idempotency_key(idempotency_key), True
+    try:
+        job_id = jobs.submit(record.id)
+    except Exception as exc:
+        store.finish(record.id, "failed", error=f"could not start the Ray job: {exc}".splitlines()[0])
+        raise SubmissionError(503, f"the Ray cluster at {settings.ray_dashboard_url} did not take the sweep: "
+                                   f"{type(exc).__name__}") from exc
+    return store.update(record.id, ray_job_id=job_id), False
+
+
+def refresh(store: SweepStore, jobs: RayJobs, record: SweepRecord) -> SweepRecord:
+    """The record, corrected where its driver ended without saying so (killed, lost)."""
+    if record.state in TERMINAL_STATES or not record.ray_job_id:
+        return record
+    status = jobs.status(record.ray_job_id)
+    if status is not None and status not in TERMINAL_JOB_STATES:
+        return record
+    record = store.get(record.id)  # the driver may have finished between the two reads
+    if record.state in TERMINAL_STATES:
+        return record
+    if record.cancel_requested:
+        store.finish(record.id, "cancelled")
+    else:
+        store.finish(record.id, "failed", error=f"the sweep's driver (Ray job {record.ray_job_id}) ended "
+                                                 f"with status {status or 'unknown to the cluster'}")
+    return store.get(record.id)
+
+
+def cancel_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, sweep_id: str,
+                 wait_s: float = 20.0) -> SweepRecord:
+    """Stop a sweep's driver; trials that finished stay in MLflow, running ones end KILLED."""
+    record = refresh(store, jobs, get_sweep(store, sweep_id))
+    if record.state in TERMINAL_STATES:
+        raise SubmissionError(409, f"sweep {sweep_id} already {record.state}")
+    store.update(sweep_id, cancel_requested=True)
+    if record.ray_job_id:
+        try:
+            jobs.stop(record.ray_job_id)
+        except Exception:  # already gone: nothing to stop
+            pass
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and jobs.status(record.ray_job_id) not in TERMINAL_JOB_STATES:
+            time.sleep(0.5)
+    if store.get(sweep_id).state not in TERMINAL_STATES:
+        store.finish(sweep_id, "cancelled")
+    _kill_open_runs(settings, sweep_id)
+    return store.get(sweep_id)
+
+
+def _kill_open_runs(settings: Settings, sweep_id: str) -> None:
+    from service.aggregate import search_runs
+
+    client = MlflowClient(settings.resolved_tracking_uri)
+    for run in search_runs(client, f"tags.sweep_id = '{sweep_id}' and attributes.status = 'RUNNING'"):
+        client.set_terminated(run.info.run_id, "KILLED")
+
+
+def get_sweep(store: SweepStore, sweep_id: str) -> SweepRecord:
+    record = store.get(sweep_id)
+    if record is None:
+        raise SubmissionError(404, f"no sweep {sweep_id!r}")
+    return record
+
+
+def _progress(record: SweepRecord) -> Progress:
+    done = sum(t.state in FINISHED_TRIAL_STATES for t in record.trials)
+    epochs = sum(record.epochs if t.state in FINISHED_TRIAL_STATES else min(t.epoch, record.epochs)
+                 for t in record.trials)
+    total_epochs = record.trials_total * record.epochs
+    return Progress(trials_total=record.trials_total, trials_done=done, trial_epochs_done=epochs,
+                    trial_epochs_total=total_epochs, fraction=round(epochs / total_epochs, 4) if total_epochs else 1.0)
+
+
+def _links(record: SweepRecord, settings: Settings) -> Links:
+    dashboard, ui = settings.ray_dashboard_url.rstrip("/"), settings.resolved_mlflow_ui_url
+    exp, run = record.mlflow_experiment_id, record.mlflow_parent_run_id
+    return Links(ray_dashboard=dashboard,
+                 ray_job=f"{dashboard}/#/jobs/{record.ray_job_id}" if record.ray_job_id else None,
+                 mlflow_experiment=f"{ui}/#/experiments/{exp}" if exp else None,
+                 mlflow_parent_run=f"{ui}/#/experiments/{exp}/runs/{run}" if exp and run else None)
+
+
+def to_public(record: SweepRecord, settings: Settings) -> SweepPublic:
+    return SweepPublic(id=record.id, name=record.name, experiment=record.experiment, quick=record.quick,
+                       overrides=record.overrides, state=record.state, error=record.error,
+                       created_at=record.created_at, started_at=record.started_at, finished_at=record.finished_at,
+                       progress=_progress(record), links=_links(record, settings))
+
+
+def to_detail(record: SweepRecord, settings: Settings) -> SweepDetail:
+    return SweepDetail(**to_public(record, settings).model_dump(), spec=record.spec,
+                       trials=[TrialPublic.model_validate(t) for t in record.trials])

@@ -1,0 +1,56 @@
+"""Each trial's state and last metrics, written to the sweep record by a Tune callback.
+
+A module of its own (not the driver's ``__main__``) so that Tune pickles the callback by reference.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+
+from mlflow.tracking import MlflowClient
+from ray import tune
+
+from service.aggregate import search_runs
+from service.store import SweepStore
+
+
+def grid_key(config: dict) -> tuple:
+    return (config["activation"], float(config["dropout"]), float(config["lr"]), int(config["seed"]))
+
+
+class TrialStateRecorder(tune.Callback):
+    """Writes each trial's state and last metrics to the sweep record."""
+
+    def __init__(self, database_url: str, tracking_uri: str, sweep_id: str, positions: dict[tuple, int]):
+        self.database_url = database_url
+        self.tracking_uri = tracking_uri
+        self.sweep_id = sweep_id
+        self.positions = positions
+
+    @cached_property
+    def store(self) -> SweepStore:
+        return SweepStore(self.database_url)
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "store"}
+
+    def _mlflow_run_id(self, trial) -> str | None:
+        # MLflowTrialLogger runs before this callback and has created the trial's run
+        runs = search_runs(MlflowClient(self.tracking_uri),
+                           f"tags.sweep_id = '{self.sweep_id}' and tags.trial_id = '{trial.trial_id}'")
+        return runs[0].info.run_id if runs else None
+
+    def _update(self, trial, **fields):
+        self.store.update_trial(self.sweep_id, self.positions[grid_key(trial.config)], **fields)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self._update(trial, state="running", mlflow_run_id=self._mlflow_run_id(trial))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        metrics = {k: v for k, v in result.items() if k.endswith(("_loss", "_error", "_eval")) or k == "diverged"}
+        self._update(trial, epoch=int(result["epoch"]), metrics=metrics)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._update(trial, state="diverged" if (trial.last_result or {}).get("diverged") else "succeeded")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._update(trial, state="failed")

@@ -1,0 +1,173 @@
+"""/sweeps over real HTTP: a real API process, sweeps run as Ray jobs on a real Ray head,
+metrics in a real MLflow store."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.service.api.conftest import TINY, ApiServer, api_env, finished, wait_for
+
+
+def _mlflow(server: ApiServer) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{server.env['ACTSWEEP_HOME']}/mlflow.db")
+
+
+def _runs(server: ApiServer, sweep_id: str) -> list:
+    client = _mlflow(server)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments, f"tags.sweep_id = '{sweep_id}'")
+
+
+def test_submit_poll_to_succeeded_and_fetch_results(server):
+    with server.client() as client:
+        created = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
+                                               "overrides": TINY, "name": "tiny"})
+        assert created.status_code == 202, created.text
+        sweep = created.json()
+        assert sweep["state"] == "queued" and sweep["progress"]["trials_total"] == 4
+        assert created.headers["location"] == f"/sweeps/{sweep['id']}"
+
+        done = wait_for(client, sweep["id"], finished)
+        assert done["state"] == "succeeded", done["error"]
+        assert done["progress"]["fraction"] == 1.0 and done["progress"]["trials_done"] == 4
+        assert [(t["activation"], t["seed"], t["state"]) for t in done["trials"]] == [
+            ("gelu", 0, "succeeded"), ("gelu", 1, "succeeded"), ("relu", 0, "succeeded"), ("relu", 1, "succeeded")]
+        assert all(t["epoch"] == 2 and 0 <= t["metrics"]["test_error"] < 0.9 and t["mlflow_run_id"]
+                   for t in done["trials"])
+        assert done["links"]["ray_job"].endswith(f"/#/jobs/actsweep-{sweep['id']}")
+        assert f"/runs/{done['links']['mlflow_parent_run'].rsplit('/', 1)[1]}" in done["links"]["mlflow_parent_run"]
+
+        results = client.get(f"/sweeps/{sweep['id']}/results").json()
+        assert {(r["activation"], r["n_seeds"], r["lr_chosen"]) for r in results["results"]} == {
+            ("gelu", 2, True), ("relu", 2, True)}
+        trial_errors = sorted(t["metrics"]["test_error"] for t in done["trials"] if t["activation"] == "gelu")
+        gelu = next(r for r in results["results"] if r["activation"] == "gelu")
+        assert gelu["test_error"] == pytest.approx(sum(trial_errors) / 2)  # the median of two seeds
+        markdown = client.get(f"/sweeps/{sweep['id']}/results", params={"format": "md"})
+        assert markdown.headers["content-type"].startswith("text/markdown") and "| gelu" in markdown.text
+        csv = client.get(f"/sweeps/{sweep['id']}/results", params={"format": "csv"}).text.splitlines()
+        assert csv[0].startswith("activation,dropout,lr") and len(csv) == 3
+
+        listed = client.get("/sweeps", params={"limit": 1}).json()
+        assert listed["total"] >= 1 and len(listed["items"]) == 1 and listed["limit"] == 1
+        assert client.delete(f"/sweeps/{sweep['id']}").status_code == 409  # already finished
+
+
+def test_repeated_idempotency_key_returns_the_first_sweep(server):
+    body = {"experiment": "mnist_classification", "quick": True, "overrides": TINY}
+    with server.client() as client:
+        first = client.post("/sweeps", json=body, headers={"Idempotency-Key": "key-1"})
+        again = client.post("/sweeps", json={**body, "name": "another"}, headers={"Idempotency-Key": "key-1"})
+        other = client.post("/sweeps", json=body, headers={"Idempotency-Key": "key-2"})
+        assert first.status_code == again.status_code == 202
+        assert again.json()["id"] == first.json()["id"] and again.headers["idempotent-replayed"] == "true"
+        assert other.json()["id"] != first.json()["id"]
+        for sweep_id in (first.json()["id"], other.json()["id"]):
+            assert wait_for(client, sweep_id, finished)["state"] == "succeeded"
+    assert len([r for r in _runs(server, first.json()["id"]) if r.data.tags["role"] == "sweep"]) == 1
+
+
+def test_cancel_stops_running_trials_and_keeps_finished_ones(server):
+    long = {**TINY, "epochs": 150, "seeds": 4, "activation": ["gelu"]}
+    with server.client() as client:
+        sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "overrides": long}).json()
+        record = wait_for(client, sweep["id"], lambda r: r["progress"]["trials_done"] >= 1
+                          and any(t["state"] == "running" for t in r["trials"]), timeout=300)
+        cancelled = client.delete(f"/sweeps/{sweep['id']}")
+        assert cancelled.status_code == 202 and cancelled.json()["state"] == "cancelled"
+        record = client.get(f"/sweeps/{sweep['id']}").json()
+    assert record["state"] == "cancelled"
+    finished_trials = [t for t in record["trials"] if t["state"] == "succeeded"]
+    assert finished_trials and len(finished_trials) < 4
+    assert all(t["state"] in ("succeeded", "cancelled") for t in record["trials"])
+
+    runs = {r.info.run_id: r for r in _runs(server, sweep["id"])}
+    assert not [r for r in runs.values() if r.info.status == "RUNNING"]
+    mlflow = _mlflow(server)
+    for trial in finished_trials:  # nothing already logged is lost
+        assert runs[trial["mlflow_run_id"]].info.status == "FINISHED"
+        assert len(mlflow.get_metric_history(trial["mlflow_run_id"], "val_loss")) == 150
+
+
+def test_sweep_survives_an_api_restart(ray_head, tmp_path):
+    env = api_env(tmp_path, ray_head)
+    first = ApiServer(env).start()
+    body = {"experiment": "mnist_classification", "overrides": {**TINY, "epochs": 60, "seeds": 3}}
+    with first.client() as client:
+        sweep = client.post("/sweeps", json=body).json()
+        before = wait_for(client, sweep["id"], lambda r: r["state"] == "running", timeout=120)
+    first.stop()  # the API goes away mid-sweep; the driver is a Ray job and goes on
+    time.sleep(5)
+    second = ApiServer(env).start()
+    try:
+        with second.client() as client:
+            after = client.get(f"/sweeps/{sweep['id']}").json()
+            assert after["progress"]["trial_epochs_done"] >= before["progress"]["trial_epochs_done"]
+            done = wait_for(client, sweep["id"], finished)
+            assert done["state"] == "succeeded", done["error"]
+            assert all(t["state"] == "succeeded" and t["epoch"] == 60 for t in done["trials"])
+            rows = client.get(f"/sweeps/{sweep['id']}/results").json()["results"]
+            assert {r["n_seeds"] for r in rows} == {3}
+    finally:
+        second.stop()
+
+
+def test_bearer_token_when_configured(ray_head, tmp_path):
+    log = tmp_path / "api.log"
+    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_API_TOKEN="s3cret-token"), log=log).start()
+    try:
+        with server.client() as anonymous, server.client("wrong") as wrong, server.client("s3cret-token") as good:
+            assert anonymous.get("/sweeps").status_code == 401
+            assert anonymous.post("/sweeps", json={"experiment": "x"}).status_code == 401
+            assert wrong.get("/experiments").status_code == 401
+            assert good.get("/sweeps").status_code == 200
+            assert good.get("/experiments").status_code == 200
+            assert anonymous.get("/healthz").status_code == 200
+            assert anonymous.get("/docs").status_code == 200
+    finally:
+        server.stop()
+    assert "s3cret-token" not in Path(log).read_text()
+
+
+@pytest.mark.parametrize("body, loc, message", [
+    ({"experiment": "mnist_classification", "colour": "red"}, ["body", "colour"], "Extra inputs"),
+    ({"experiment": "nope"}, ["body", "experiment"], "accepted: mnist_classification"),
+    ({"experiment": "mnist_classification", "overrides": {"activation": ["gelu", "tanh"]}},
+     ["body", "overrides", "activation", 1], "'gelu_tanh'"),
+    ({"experiment": "mnist_classification", "overrides": {"lr": [-0.1]}}, ["body", "overrides", "lr", 0], "greater than 0"),
+    ({"experiment": "mnist_classification", "overrides": {"dropout": 1.0}}, ["body", "overrides", "dropout"], "[0, 1)"),
+    ({"experiment": "mnist_classification", "overrides": {"epoch": 3}}, ["body", "overrides", "epoch"], "accepted:"),
+    ({"experiment": "mnist_classification", "overrides": {"seeds": 1000}}, ["body", "overrides"], "at most 2000"),
+    ({"experiment": "mnist_classification", "quick": [1]}, ["body", "quick"], "boolean"),
+    ({}, ["body", "experiment"], "Field required"),
+])
+def test_bad_fields_are_422_naming_the_field(server, body, loc, message):
+    with server.client() as client:
+        response = client.post("/sweeps", json=body)
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"]
+        assert any(d["loc"] == loc and message in d["msg"] for d in detail), detail
+        assert client.get("/sweeps", params={"limit": 0}).status_code == 422
+
+
+def test_unknown_sweep_is_404(server):
+    with server.client() as client:
+        for method, path in [("GET", "/sweeps/abc"), ("DELETE", "/sweeps/abc"), ("GET", "/sweeps/abc/results")]:
+            assert client.request(method, path).status_code == 404
+
+
+def test_health_reports_ray_mlflow_and_database(server):
+    with server.client() as client:
+        health = client.get("/healthz")
+    assert health.status_code == 200
+    body = health.json()
+    assert body["status"] == "ok" and body["ray"]["ok"] and body["mlflow"]["ok"] and body["database"]["ok"]
+
+
+def test_experiments_lists_the_catalog(server):
+    with server.client() as client:
+        rows = {r["name"]: r for r in client.get("/experiments").json()}
+    assert rows["mnist_classification"]["trials"] == 90
