@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class SweepCreate(BaseModel):
@@ -63,6 +63,12 @@ class SweepPublic(BaseModel):
     finished_at: dt.datetime | None
     progress: Progress
     links: Links
+
+    @field_validator("created_at", "started_at", "finished_at")
+    @classmethod
+    def _utc(cls, value: dt.datetime | None) -> dt.datetime | None:
+        # SQLite hands back naive datetimes; every time stored is UTC
+        return value.replace(tzinfo=dt.timezone.utc) if value and value.tzinfo is None else value
 
 
 class SweepDetail(SweepPublic):
