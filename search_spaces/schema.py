@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFlo
 
 from workers.activations import ACTIVATIONS
 from workers.datasets import DATASETS
+from workers.models import MODEL_KINDS
 
 ActivationName = Literal[ACTIVATIONS]  # type: ignore[valid-type]
 DatasetName = Literal[DATASETS]  # type: ignore[valid-type]
@@ -24,10 +25,42 @@ class StrictModel(BaseModel):
 
 
 class ModelSpec(StrictModel):
-    kind: Literal["mlp"] = "mlp"
-    depth: int = Field(8, ge=1, le=200)  # hidden layers
-    width: int = Field(128, ge=1, le=65536)  # units per hidden layer
+    """The network; which fields a kind reads is said in workers/models.py."""
+
+    kind: Literal[MODEL_KINDS] = "mlp"  # type: ignore[valid-type]
+    depth: int = Field(8, ge=1, le=200)  # hidden layers (mlp, window_tagger); layers (wide_resnet: 6n+4)
+    width: int = Field(128, ge=1, le=65536)  # units per hidden layer; first conv width (cifar_shallow)
     init: Literal["unit_norm_rows", "he", "torch_default"] = "unit_norm_rows"
+    hidden: list[Annotated[int, Field(ge=1, le=65536)]] = [1000, 500, 250, 30]  # autoencoder: encoder widths
+    embedding_dim: int = Field(50, ge=1, le=4096)  # window_tagger
+    input_noise: NonNegativeFloat = 0.15  # cifar_shallow: std of the Gaussian input noise
+    widen_factor: int = Field(4, ge=1, le=32)  # wide_resnet
+    width_scale: PositiveFloat = 1.0  # elu_cifar_*: scales every layer's width (1 = the paper's)
+
+
+class DataOptions(StrictModel):
+    gcn: bool = False  # global contrast normalisation (CIFAR)
+    zca: bool = False  # ZCA whitening fitted on the training split (CIFAR)
+    zca_eps: PositiveFloat = 1e-2
+    embeddings: str | None = None  # twitter_pos: a word2vec text file to start the embeddings from
+    embedding_dim: int = Field(50, ge=1, le=4096)  # of that file
+    min_count: int = Field(1, ge=1)  # twitter_pos: rarer training words become <unk>
+
+
+class Schedule(StrictModel):
+    """The lr over epochs; see workers.train.lr_factor."""
+
+    kind: Literal["constant", "linear_decay", "cosine", "step"] = "constant"
+    start_epoch: int = Field(0, ge=0)  # linear_decay
+    t0: int | None = Field(None, ge=1)  # cosine: first period in epochs (default: all epochs)
+    t_mult: int = Field(1, ge=1)  # cosine
+    milestones: list[int] = []  # step: epochs at which the lr is multiplied by gamma
+    gamma: PositiveFloat = 0.1
+
+
+class Augment(StrictModel):
+    crop_padding: int = Field(0, ge=0, le=16)  # random crops of the zero-padded image
+    flip: bool = False  # random horizontal flips
 
 
 class Protocol(StrictModel):
@@ -36,6 +69,12 @@ class Protocol(StrictModel):
     aggregate: Literal["median"] = "median"  # over seeds, per (activation, dropout, lr)
     select_lr_by: Literal["val_loss", "val_error"] = "val_loss"  # on held-out validation, never test
     headline_metric: str = "test_error"
+    # final: the last epoch's metrics; best_val_epoch: the test metric at the epoch of lowest
+    # validation error (GELU paper §3.4, TIMIT)
+    report_epoch: Literal["final", "best_val_epoch"] = "final"
+    # GELU paper §3.5 (CIFAR-10): after choosing the lr on validation, train again on all the
+    # training data and report that run's test error
+    retrain_on_full: bool = False
     notes: list[str] = []
 
 
@@ -65,14 +104,22 @@ class SweepSpec(StrictModel):
 
     # data
     dataset: DatasetName
-    val_size: PositiveInt = 5000  # held out of the training set (GELU paper §3.1: 5k)
+    val_size: PositiveInt = 5000  # held out of the training set (GELU paper §3.1: 5k); datasets
+    #                               with their own validation split (twitter_pos, timit) ignore it
     train_subset: PositiveInt | None = None  # use only this many training examples (quick runs)
+    data_options: DataOptions = DataOptions()
 
     # model and training
+    task: Literal["classify", "reconstruct"] = "classify"
     model: ModelSpec = ModelSpec()
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: NonNegativeFloat = 0.0
-    weight_decay: NonNegativeFloat = 0.0
+    nesterov: bool = False
+    weight_decay: NonNegativeFloat = 0.0  # L2 penalty
+    schedule: Schedule = Schedule()
+    augment: Augment = Augment()
+    eval_noise: list[NonNegativeFloat] = []  # GELU Fig. 3: evaluate on test + Unif[-a, a], per a
+    activation_stats: bool = False  # ELU Fig. 2: median unit activation per layer and epoch
     epochs: int = Field(ge=1, le=10_000)
     batch_size: int = Field(ge=1, le=1_000_000)
 
@@ -80,6 +127,9 @@ class SweepSpec(StrictModel):
     activation: list[ActivationName] = Field(min_length=1)
     lr: list[PositiveFloat] = Field(min_length=1)
     dropout: list[float] = Field(default=[0.0], min_length=1)
+    # per-activation replacement of the dropout axis, e.g. {soi: [0.0]}: SOI runs without dropout
+    # while the others tune it (GELU paper §4)
+    dropout_for: dict[ActivationName, list[float]] = {}
     # a count (seeds 0..n-1) or explicit seeds
     seeds: Annotated[int, Field(ge=1, le=1000)] | Annotated[list[int], Field(min_length=1, max_length=1000)] = 1
 
@@ -101,6 +151,13 @@ class SweepSpec(StrictModel):
                 raise ValueError(f"each dropout rate must be in [0, 1) (got {p})")
         return value
 
+    @field_validator("dropout_for")
+    @classmethod
+    def _dropout_for_in_unit_interval(cls, value: dict[str, list[float]]) -> dict[str, list[float]]:
+        for rates in value.values():
+            cls._dropout_in_unit_interval(rates)
+        return value
+
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, value):
@@ -114,19 +171,24 @@ class SweepSpec(StrictModel):
 
     @property
     def trial_count(self) -> int:
-        return len(self.activation) * len(self.lr) * len(self.dropout) * len(self.seed_list)
+        return len(self.grid_points())
+
+    def dropouts_of(self, activation: str) -> list[float]:
+        return self.dropout_for.get(activation, self.dropout)
 
     def grid_points(self) -> list[dict]:
         """Every trial of the sweep, in a fixed order: activation, dropout, lr, then seed."""
         return [{"activation": a, "dropout": d, "lr": lr, "seed": seed}
-                for a in self.activation for d in self.dropout for lr in self.lr for seed in self.seed_list]
+                for a in self.activation for d in self.dropouts_of(a) for lr in self.lr for seed in self.seed_list]
 
     def trial_base(self) -> dict:
-        """The settings every trial of the sweep shares (the grid axes are added per trial)."""
+        """The settings every trial of the sweep shares (the grid point is added per trial)."""
         return {
-            "experiment": self.name, "dataset": self.dataset, "model": self.model.model_dump(),
-            "optimizer": self.optimizer, "momentum": self.momentum, "weight_decay": self.weight_decay,
-            "epochs": self.epochs, "batch_size": self.batch_size,
+            "experiment": self.name, "dataset": self.dataset, "task": self.task, "model": self.model.model_dump(),
+            "optimizer": self.optimizer, "momentum": self.momentum, "nesterov": self.nesterov,
+            "weight_decay": self.weight_decay, "schedule": self.schedule.model_dump(),
+            "augment": self.augment.model_dump(), "eval_noise": list(self.eval_noise),
+            "activation_stats": self.activation_stats, "epochs": self.epochs, "batch_size": self.batch_size,
             "cpus_per_trial": self.execution.cpus_per_trial,
             "gpus_per_trial": self.execution.gpus_per_trial,
         }

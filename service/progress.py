@@ -7,6 +7,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from ray import tune
 
+from workers.trainable import trial_settings
+
 
 class LiveProgress(tune.Callback):
     """Two bars (trials finished, trial-epochs done) and a line per finished trial."""
@@ -48,7 +50,7 @@ class LiveProgress(tune.Callback):
         self.progress.advance(self.epoch_task, self.epochs - self.seen.get(trial.trial_id, 0))
         self.progress.advance(self.trials)
         self.done += 1
-        cfg, last = trial.config, trial.last_result or {}
+        cfg, last = trial_settings(trial.config), trial.last_result or {}
         detail = f"test_error {100 * last['test_error']:.2f}%" if "test_error" in last else ""
         self.progress.console.print(f"{time.strftime('%H:%M:%S')} [{self.done}/{self.total}] {outcome:<8} "
                                   f"{cfg['activation']:<9} lr={cfg['lr']:<7g} dropout={cfg['dropout']:<4g} "

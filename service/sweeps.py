@@ -52,20 +52,15 @@ def connect_ray(settings: Settings) -> str | None:
 
 
 def param_space(spec: SweepSpec) -> dict:
-    """Tune's search space: the shared settings plus one grid_search per axis and the seeds."""
-    return {
-        **spec.trial_base(),
-        "activation": tune.grid_search(spec.activation),
-        "lr": tune.grid_search(spec.lr),
-        "dropout": tune.grid_search(spec.dropout),
-        "seed": tune.grid_search(spec.seed_list),
-    }
+    """Tune's search space: the shared settings plus one grid_search over the spec's grid points
+    (activation, dropout, lr, seed), which need not be a full product (``dropout_for``)."""
+    return {**spec.trial_base(), "point": tune.grid_search(spec.grid_points())}
 
 
 def load_splits(spec: SweepSpec, settings: Settings) -> Splits:
     """The spec's dataset; raises DatasetNotFound (with instructions) before anything starts."""
     return load_dataset(spec.dataset, settings.resolved_data_dir, settings.download, spec.val_size,
-                        spec.train_subset)
+                        spec.train_subset, spec.data_options.model_dump())
 
 
 def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = None, sweep_id: str | None = None,

@@ -13,8 +13,8 @@ from service.aggregate import search_runs
 from service.store import SweepStore
 
 
-def grid_key(config: dict) -> tuple:
-    return (config["activation"], float(config["dropout"]), float(config["lr"]), int(config["seed"]))
+def grid_key(point: dict) -> tuple:
+    return (point["activation"], float(point["dropout"]), float(point["lr"]), int(point["seed"]))
 
 
 class TrialStateRecorder(tune.Callback):
@@ -40,7 +40,7 @@ class TrialStateRecorder(tune.Callback):
         return runs[0].info.run_id if runs else None
 
     def _update(self, trial, **fields):
-        self.store.update_trial(self.sweep_id, self.positions[grid_key(trial.config)], **fields)
+        self.store.update_trial(self.sweep_id, self.positions[grid_key(trial.config["point"])], **fields)
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self._update(trial, state="running", mlflow_run_id=self._mlflow_run_id(trial))

@@ -20,3 +20,44 @@ def actsweep_env(tmp_path, monkeypatch) -> dict[str, str]:
 
 def actsweep_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "service.cli", *args]
+
+
+SHARED_TWPOS = REPO.parent / "shared" / "data"  # a copy of the Twitter POS data, for tests only
+
+
+def make_cifar(data_dir: Path, name: str, per_batch: int = 200, test: int = 100, seed: int = 0) -> Path:
+    """CIFAR files in torchvision's python-pickle layout, with random images (the real layout, made-up pixels)."""
+    import pickle
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if name == "cifar10":
+        folder, files, key, classes = data_dir / "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], b"labels", 10
+        sizes = [per_batch] * 5 + [test]
+        files = files + ["test_batch"]
+    else:
+        folder, files, key, classes = data_dir / "cifar-100-python", ["train", "test"], b"fine_labels", 100
+        sizes = [per_batch * 5, test]
+    folder.mkdir(parents=True, exist_ok=True)
+    for file, size in zip(files, sizes):
+        batch = {b"data": rng.integers(0, 256, (size, 3072), dtype=np.uint8),
+                 key: rng.integers(0, classes, size).tolist()}
+        with open(folder / file, "wb") as f:
+            pickle.dump(batch, f)
+    return data_dir
+
+
+def make_timit(data_dir: Path, n: int = 600, seed: int = 0) -> Path:
+    """A TIMIT feature file of the documented format: 11 frames × 26 features, 39 phone labels."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    (data_dir / "timit").mkdir(parents=True, exist_ok=True)
+    arrays = {}
+    for split, size in (("train", n), ("val", n // 4), ("test", n // 4)):
+        arrays[f"y_{split}"] = rng.integers(0, 39, size)
+        # features carry the label, so a network can learn something
+        arrays[f"x_{split}"] = (rng.normal(size=(size, 11, 26)) + arrays[f"y_{split}"][:, None, None] / 10).astype(np.float32)
+    np.savez(data_dir / "timit" / "timit_frames.npz", **arrays)
+    return data_dir

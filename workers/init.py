@@ -6,21 +6,24 @@ from torch import nn
 
 
 @torch.no_grad()
-def unit_norm_rows_(layer: nn.Linear) -> nn.Linear:
-    """GELU paper §3.1: each unit's incoming weight vector has L2 norm 1; biases 0.
+def unit_norm_rows_(layer: nn.Linear | nn.Conv2d) -> nn.Module:
+    """GELU paper §3.1: each unit's incoming weight vector has L2 norm 1; biases 0. For a
+    convolution, each filter (all its input channels and taps) has norm 1 (the earlier
+    version's "unit-norm filters").
 
     Rows are drawn from a standard normal and divided by their norm, which makes each row a
     uniformly random direction on the unit sphere.
     """
     layer.weight.normal_()
-    layer.weight.div_(layer.weight.norm(dim=1, keepdim=True))
+    rows = layer.weight.view(layer.weight.shape[0], -1)
+    rows.div_(rows.norm(dim=1, keepdim=True))
     if layer.bias is not None:
         layer.bias.zero_()
     return layer
 
 
 @torch.no_grad()
-def he_normal_(layer: nn.Linear) -> nn.Linear:
+def he_normal_(layer: nn.Linear | nn.Conv2d) -> nn.Module:
     """ELU paper §4.1: He et al. (2015) initialisation, N(0, 2/fan_in); biases 0."""
     nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
     if layer.bias is not None:

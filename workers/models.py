@@ -1,20 +1,32 @@
-"""Networks of the experiments. The spine has the fully connected classifier (GELU paper §3.1)."""
+"""Networks of the experiments, one builder per ``model.kind`` of a spec.
+
+Every network takes the grid point's ``activation`` (one name for all its nonlinearities) and
+``dropout`` (p, the probability of dropping; what it applies to is said per network).
+"""
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from workers.activations import make_activation
 from workers.init import INITS
 
 
+def _init(module: nn.Module, init: str) -> None:
+    for layer in module.modules():
+        if isinstance(layer, (nn.Linear, nn.Conv2d)):
+            INITS[init](layer)
+
+
 class MLP(nn.Module):
     """``depth`` hidden layers of ``width`` units, each Linear → activation → dropout, then a
-    linear read-out. GELU paper §3.1: depth 8, width 128, dropout 0 or 0.5 on hidden layers."""
+    linear read-out. GELU paper §3.1: depth 8, width 128, dropout 0 or 0.5 on hidden layers;
+    §3.4 (TIMIT): 5 × 2048; ELU paper §4.1: 5 × 256."""
 
     def __init__(self, in_dim: int, n_classes: int, depth: int, width: int, activation: str,
                  dropout: float = 0.0, init: str = "unit_norm_rows"):
         super().__init__()
-        layers: list[nn.Module] = []
+        layers: list[nn.Module] = [nn.Flatten()]
         dims = [in_dim] + [width] * depth
         for fan_in, fan_out in zip(dims[:-1], dims[1:]):
             layers += [nn.Linear(fan_in, fan_out), make_activation(activation)]
@@ -22,17 +34,236 @@ class MLP(nn.Module):
                 layers.append(nn.Dropout(dropout))
         layers.append(nn.Linear(dims[-1], n_classes))
         self.net = nn.Sequential(*layers)
-        for module in self.net:
-            if isinstance(module, nn.Linear):
-                INITS[init](module)
+        _init(self.net, init)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
 
 
-def build_model(model: dict, in_dim: int, n_classes: int, activation: str, dropout: float) -> nn.Module:
-    """The network a spec's ``model`` block describes, for one grid point."""
-    kind = model["kind"]
+class Autoencoder(nn.Module):
+    """Encoder ``hidden`` (e.g. 1000-500-250-30) and its mirror as decoder; the activation after
+    every hidden layer but the code layer, which is linear; a linear output, trained with MSE
+    (GELU paper §3.2, ELU paper §4.2)."""
+
+    def __init__(self, in_dim: int, hidden: list[int], activation: str, dropout: float = 0.0,
+                 init: str = "torch_default"):
+        super().__init__()
+        dims = [in_dim, *hidden, *reversed(hidden[:-1]), in_dim]
+        code = len(hidden)  # index in dims of the code layer
+        layers: list[nn.Module] = [nn.Flatten()]
+        for i, (fan_in, fan_out) in enumerate(zip(dims[:-1], dims[1:]), start=1):
+            layers.append(nn.Linear(fan_in, fan_out))
+            if i not in (code, len(dims) - 1):
+                layers.append(make_activation(activation))
+                if dropout > 0:
+                    layers.append(nn.Dropout(dropout))
+        self.net = nn.Sequential(*layers)
+        _init(self.net, init)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class WindowTagger(nn.Module):
+    """Twitter POS tagging (GELU paper §3.3): the embeddings of a word and its left and right
+    neighbours, concatenated, then ``depth`` × ``width`` hidden layers with dropout, then tags."""
+
+    def __init__(self, vocab_size: int, window: int, n_tags: int, embedding_dim: int, depth: int, width: int,
+                 activation: str, dropout: float, init: str = "torch_default"):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embedding_dim)
+        self.mlp = MLP(window * embedding_dim, n_tags, depth, width, activation, dropout, init)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.mlp(self.embedding(tokens).flatten(1))
+
+
+def _conv(c_in: int, c_out: int, kernel: int, activation: str, batch_norm: bool, padding: str | int = "same"):
+    layers: list[nn.Module] = [nn.Conv2d(c_in, c_out, kernel, padding=padding, bias=not batch_norm)]
+    if batch_norm:
+        layers.append(nn.BatchNorm2d(c_out))
+    layers.append(make_activation(activation))
+    return layers
+
+
+class GaussianNoise(nn.Module):
+    """Adds N(0, std²) to the input in training only (GELU paper §3.5: σ = 0.15)."""
+
+    def __init__(self, std: float):
+        super().__init__()
+        self.std = std
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.std * torch.randn_like(x) if self.training and self.std > 0 else x
+
+
+class ShallowCIFARNet(nn.Module):
+    """GELU paper §3.5, Table 1: 3×(3×3 conv 96), max pool, dropout, 3×(3×3 conv 192), max pool,
+    dropout, 3×3 conv 192 (valid), 2×(1×1 conv 192), global average pool, linear read-out; batch
+    norm after every conv; Gaussian input noise. ``dropout`` is the rate after each pool (0.5)."""
+
+    def __init__(self, in_channels: int, n_classes: int, activation: str, dropout: float, width: int = 96,
+                 input_noise: float = 0.15, init: str = "torch_default"):
+        super().__init__()
+        w1, w2 = width, 2 * width
+        layers: list[nn.Module] = [GaussianNoise(input_noise)]
+        for c_in in (in_channels, w1, w1):
+            layers += _conv(c_in, w1, 3, activation, True)
+        layers += [nn.MaxPool2d(2), nn.Dropout(dropout)]
+        for c_in in (w1, w2, w2):
+            layers += _conv(c_in, w2, 3, activation, True)
+        layers += [nn.MaxPool2d(2), nn.Dropout(dropout)]
+        layers += _conv(w2, w2, 3, activation, True, padding=0)
+        layers += _conv(w2, w2, 1, activation, True) + _conv(w2, w2, 1, activation, True)
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(w2, n_classes)]
+        self.net = nn.Sequential(*layers)
+        _init(self.net, init)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class SmallCIFARNet(nn.Module):
+    """The GELU paper's earlier version: stacks (2 × 3×3 conv 32) and (2 × 3×3 conv 64), max pool
+    after each, then 512 and 256 fully connected. ``dropout`` p gives the paper's (0.25, 0.25, 0.5)
+    at p = 0.5: p/2 after each stack, p before the read-out; p = 0 is the no-dropout net."""
+
+    def __init__(self, in_channels: int, n_classes: int, activation: str, dropout: float, image_size: int = 32,
+                 init: str = "unit_norm_rows"):
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = in_channels
+        for width in (32, 64):
+            layers += _conv(c_in, width, 3, activation, False) + _conv(width, width, 3, activation, False)
+            layers += [nn.MaxPool2d(2), nn.Dropout(dropout / 2)]
+            c_in = width
+        flat = 64 * (image_size // 4) ** 2
+        layers += [nn.Flatten(), nn.Linear(flat, 512), make_activation(activation),
+                   nn.Linear(512, 256), make_activation(activation), nn.Dropout(dropout), nn.Linear(256, n_classes)]
+        self.net = nn.Sequential(*layers)
+        _init(self.net, init)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+# ELU paper §4.3 and §4.4, stacks as [(count, channels, kernel), ...], a 2×2 max pool after each
+# stack but the last two, dropout after the last layer of each stack.
+ELU_CIFAR_11 = [[(1, 192, 5)], [(1, 192, 1), (1, 240, 3)], [(1, 240, 1), (1, 260, 2)], [(1, 260, 1), (1, 280, 2)],
+                [(1, 280, 1), (1, 300, 2)], [(1, 300, 1)], [(1, 100, 1)]]
+ELU_CIFAR_11_DROPOUT = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.0]
+ELU_CIFAR_18 = [[(1, 384, 3)], [(1, 384, 1), (1, 384, 2), (1, 640, 2)], [(1, 640, 1), (3, 768, 2)],
+                [(1, 768, 1), (2, 896, 2)], [(1, 896, 3), (2, 1024, 2)], [(1, 1024, 1), (1, 1152, 2)],
+                [(1, 1152, 1)], [(1, 100, 1)]]
+ELU_CIFAR_18_DROPOUT = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.0, 0.0]
+
+
+class StackedConvNet(nn.Module):
+    """The ELU paper's CIFAR networks: stacks of convolutions, max pooling between stacks, a
+    fixed dropout rate per stack, the last stack mapping to the classes, global average pool.
+    The last layer's width is replaced by ``n_classes``; the grid's ``dropout`` is unused (the
+    paper fixes it per stack)."""
+
+    def __init__(self, in_channels: int, n_classes: int, activation: str, stacks: list, stack_dropout: list[float],
+                 width_scale: float = 1.0, init: str = "he"):
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = in_channels
+        for s, (stack, rate) in enumerate(zip(stacks, stack_dropout)):
+            last_stack = s == len(stacks) - 1
+            for count, channels, kernel in stack:
+                for _ in range(count):
+                    c_out = n_classes if last_stack else max(1, round(channels * width_scale))
+                    layers.append(nn.Conv2d(c_in, c_out, kernel, padding="same"))
+                    if not last_stack:
+                        layers.append(make_activation(activation))
+                    c_in = c_out
+            if s < len(stacks) - 2:
+                layers.append(nn.MaxPool2d(2, ceil_mode=True))
+            if rate > 0:
+                layers.append(nn.Dropout(rate))
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        self.net = nn.Sequential(*layers)
+        _init(self.net, init)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class WideBlock(nn.Module):
+    """GELU paper §3.5: Conv-Act-Conv-Act-BatchNorm, dropout between the convolutions, plus the
+    shortcut (a 1×1 convolution where the shape changes)."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int, activation: str, dropout: float):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), make_activation(activation),
+            nn.Dropout(dropout), nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), make_activation(activation),
+            nn.BatchNorm2d(c_out))
+        self.shortcut = (nn.Identity() if c_in == c_out and stride == 1
+                         else nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.body(x) + self.shortcut(x)
+
+
+class WideResNet(nn.Module):
+    """WRN-depth-k (Zagoruyko & Komodakis) with the GELU paper's blocks; WRN-40-4 for CIFAR-100."""
+
+    def __init__(self, in_channels: int, n_classes: int, activation: str, dropout: float, depth: int = 40,
+                 widen_factor: int = 4, init: str = "he"):
+        super().__init__()
+        if (depth - 4) % 6:
+            raise ValueError(f"model.depth: a wide ResNet needs depth = 6n + 4 (got {depth})")
+        n = (depth - 4) // 6
+        widths = [16, 16 * widen_factor, 32 * widen_factor, 64 * widen_factor]
+        layers: list[nn.Module] = [nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False)]
+        c_in = widths[0]
+        for group, width in enumerate(widths[1:]):
+            for b in range(n):
+                layers.append(WideBlock(c_in, width, 2 if group > 0 and b == 0 else 1, activation, dropout))
+                c_in = width
+        layers += [nn.BatchNorm2d(c_in), make_activation(activation), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                   nn.Linear(c_in, n_classes)]
+        self.net = nn.Sequential(*layers)
+        _init(self.net, init)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+MODEL_KINDS = ("mlp", "autoencoder", "window_tagger", "cifar_shallow", "cifar_small", "elu_cifar_11",
+               "elu_cifar_18", "wide_resnet")
+
+
+def build_model(model: dict, in_shape: tuple[int, ...], n_out: int, activation: str, dropout: float,
+                vocab_size: int = 0) -> nn.Module:
+    """The network a spec's ``model`` block describes, for one grid point.
+
+    ``in_shape`` is one example's shape (C, H, W for images, (D,) for vectors, (window,) for token
+    windows); ``n_out`` the number of classes (or, for the autoencoder, ignored).
+    """
+    kind, init = model["kind"], model.get("init", "torch_default")
+    in_dim = 1
+    for size in in_shape:
+        in_dim *= size
     if kind == "mlp":
-        return MLP(in_dim, n_classes, model["depth"], model["width"], activation, dropout, model["init"])
-    raise ValueError(f"model.kind: unknown {kind!r}; accepted: mlp")
+        return MLP(in_dim, n_out, model["depth"], model["width"], activation, dropout, init)
+    if kind == "autoencoder":
+        return Autoencoder(in_dim, model["hidden"], activation, dropout, init)
+    if kind == "window_tagger":
+        return WindowTagger(vocab_size, in_shape[0], n_out, model["embedding_dim"], model["depth"], model["width"],
+                            activation, dropout, init)
+    if kind == "cifar_shallow":
+        return ShallowCIFARNet(in_shape[0], n_out, activation, dropout, model["width"], model["input_noise"], init)
+    if kind == "cifar_small":
+        return SmallCIFARNet(in_shape[0], n_out, activation, dropout, in_shape[-1], init)
+    if kind == "elu_cifar_11":
+        return StackedConvNet(in_shape[0], n_out, activation, ELU_CIFAR_11, ELU_CIFAR_11_DROPOUT,
+                              model.get("width_scale", 1.0), init)
+    if kind == "elu_cifar_18":
+        return StackedConvNet(in_shape[0], n_out, activation, ELU_CIFAR_18, ELU_CIFAR_18_DROPOUT,
+                              model.get("width_scale", 1.0), init)
+    if kind == "wide_resnet":
+        return WideResNet(in_shape[0], n_out, activation, dropout, model["depth"], model["widen_factor"], init)
+    raise ValueError(f"model.kind: unknown {kind!r}; accepted: {', '.join(MODEL_KINDS)}")

@@ -15,8 +15,12 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-EPOCH_METRICS = ("train_loss", "train_loss_eval", "train_error_eval", "val_loss", "val_error",
-                 "test_loss", "test_error", "diverged", "epoch_seconds")
+from workers.trainable import trial_settings
+
+# What Tune adds to every result; everything else numeric that a trial reports is a metric.
+TUNE_KEYS = frozenset({"epoch", "timestamp", "training_iteration", "time_this_iter_s", "time_total_s", "pid",
+                       "time_since_restore", "iterations_since_restore", "done", "trial_id", "date", "hostname",
+                       "node_ip", "config", "checkpoint_dir_name", "should_checkpoint", "experiment_tag"})
 GRID_TAGS = ("activation", "lr", "dropout", "seed")
 
 
@@ -65,18 +69,19 @@ class MLflowTrialLogger(tune.Callback):
         if trial.trial_id in self.run_ids:  # a retried trial keeps its run
             self.ended.discard(trial.trial_id)
             return
-        cfg = trial.config
+        cfg = trial_settings(trial.config)
         tags = {**self.sweep_tags, "mlflow.parentRunId": self.parent_run_id, "role": "trial",
                 "trial_id": trial.trial_id, **{k: str(cfg[k]) for k in GRID_TAGS}}
         name = f"{cfg['activation']}-lr{cfg['lr']:g}-do{cfg['dropout']:g}-s{cfg['seed']}"
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
-        params = [Param(k, str(v)) for k, v in flatten(cfg).items()]
+        params = [Param(k, str(v)) for k, v in flatten({k: v for k, v in cfg.items() if k != "point"}).items()]
         self.client.log_batch(run.info.run_id, params=params)
         self.run_ids[trial.trial_id] = run.info.run_id
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         now, step = _now_ms(), int(result["epoch"])
-        metrics = [Metric(k, float(result[k]), now, step) for k in EPOCH_METRICS if k in result]
+        metrics = [Metric(k, float(v), now, step) for k, v in result.items()
+                   if k not in TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)]
         self.client.log_batch(self.run_ids[trial.trial_id], metrics=metrics)
         if result.get("diverged"):
             self.client.set_tag(self.run_ids[trial.trial_id], "diverged", "true")

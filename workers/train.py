@@ -14,10 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from workers.datasets import Splits
+from workers.activations import Activation
+from workers.splits import Splits
 from workers.models import build_model
 
-EVAL_BATCH = 10_000  # examples per forward pass when evaluating; bounds memory, not results
+EVAL_BATCH = 2_000  # examples per forward pass when evaluating; bounds memory, not results
+STATS_EXAMPLES = 1_000  # the fixed training subset of the ELU paper's activation statistics
 
 
 @dataclass(frozen=True)
@@ -30,38 +32,114 @@ class TrialConfig:
     seed: int
     epochs: int
     batch_size: int
+    task: str = "classify"  # or "reconstruct" (autoencoders: MSE to the input)
     optimizer: str = "adam"
     momentum: float = 0.0
+    nesterov: bool = False
     weight_decay: float = 0.0
+    schedule: dict = field(default_factory=lambda: {"kind": "constant"})
+    augment: dict = field(default_factory=dict)  # {"crop_padding": 4, "flip": true} for images
+    eval_noise: tuple = ()  # GELU paper Fig. 3: test inputs plus Unif[-a, a] noise, per a
+    activation_stats: bool = False  # ELU paper Fig. 2: median over units of the mean activation
     model: dict = field(default_factory=lambda: {"kind": "mlp", "depth": 8, "width": 128, "init": "unit_norm_rows"})
 
     @classmethod
     def from_config(cls, config: dict) -> "TrialConfig":
         names = cls.__dataclass_fields__.keys()
-        return cls(**{k: v for k, v in config.items() if k in names})
+        values = {k: v for k, v in config.items() if k in names}
+        if "eval_noise" in values:
+            values["eval_noise"] = tuple(values["eval_noise"])
+        return cls(**values)
 
 
 def make_optimizer(cfg: TrialConfig, params) -> torch.optim.Optimizer:
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
+                               weight_decay=cfg.weight_decay)
     raise ValueError(f"optimizer: unknown {cfg.optimizer!r}; accepted: adam, sgd")
 
 
+def lr_factor(schedule: dict, epoch: int, epochs: int) -> float:
+    """The multiple of the base lr used during ``epoch`` (0-based).
+
+    - constant;
+    - linear_decay: constant until ``start_epoch``, then linearly to 0 at the last epoch
+      (GELU paper §3.5: "decays linearly to 0 from epoch 100");
+    - cosine: SGDR (Loshchilov & Hutter) with period ``t0`` epochs, restarts doubling by ``t_mult``;
+    - step: multiplied by ``gamma`` at each of ``milestones`` (epochs).
+    """
+    kind = schedule.get("kind", "constant")
+    if kind == "constant":
+        return 1.0
+    if kind == "linear_decay":
+        start = schedule.get("start_epoch", 0)
+        return 1.0 if epoch < start else max(0.0, 1.0 - (epoch - start) / max(1, epochs - start))
+    if kind == "cosine":
+        period, t = schedule.get("t0") or epochs, epoch
+        while t >= period:
+            t, period = t - period, period * schedule.get("t_mult", 1)
+        return 0.5 * (1.0 + math.cos(math.pi * t / period))
+    if kind == "step":
+        return schedule.get("gamma", 0.1) ** sum(epoch >= m for m in schedule.get("milestones", []))
+    raise ValueError(f"schedule.kind: unknown {kind!r}; accepted: constant, linear_decay, cosine, step")
+
+
+def augment_batch(x: Tensor, augment: dict, generator: torch.Generator) -> Tensor:
+    """Random crops from a zero-padded image and horizontal flips (ELU paper §4.3), on the device."""
+    if not augment or x.dim() != 4:
+        return x
+    n, _, h, w = x.shape
+    pad = augment.get("crop_padding", 0)
+    if pad:
+        padded = F.pad(x, (pad, pad, pad, pad))
+        dy, dx = (torch.randint(0, 2 * pad + 1, (n,), generator=generator).tolist() for _ in range(2))
+        x = torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+    if augment.get("flip"):
+        flip = torch.rand(n, generator=generator) < 0.5
+        x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
+    return x
+
+
+def batch_loss(model: nn.Module, task: str, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean loss and the per-example error indicator (zeros when reconstructing)."""
+    out = model(x)
+    if task == "reconstruct":
+        return F.mse_loss(out, x.flatten(1)), torch.zeros(len(x), device=x.device)
+    return F.cross_entropy(out, y), (out.argmax(dim=1) != y).float()
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, x: Tensor, y: Tensor) -> tuple[float, float]:
-    """Mean cross-entropy and error rate in eval mode (dropout off, SOI at its expectation)."""
+def evaluate(model: nn.Module, x: Tensor, y: Tensor, task: str = "classify") -> tuple[float, float]:
+    """Mean loss and error rate in eval mode (dropout off, SOI at its expectation)."""
     was_training = model.training
     model.eval()
-    loss_sum, wrong = 0.0, 0
-    for i in range(0, len(y), EVAL_BATCH):
-        logits = model(x[i:i + EVAL_BATCH])
-        target = y[i:i + EVAL_BATCH]
-        loss_sum += F.cross_entropy(logits, target, reduction="sum").item()
-        wrong += (logits.argmax(dim=1) != target).sum().item()
+    loss_sum, wrong = 0.0, 0.0
+    for i in range(0, len(x), EVAL_BATCH):
+        loss, errors = batch_loss(model, task, x[i:i + EVAL_BATCH], y[i:i + EVAL_BATCH])
+        loss_sum += loss.item() * len(errors)
+        wrong += errors.sum().item()
     model.train(was_training)
-    return loss_sum / len(y), wrong / len(y)
+    return loss_sum / len(x), wrong / len(x)
+
+
+@torch.no_grad()
+def median_unit_activations(model: nn.Module, x: Tensor) -> list[float]:
+    """ELU paper §4.1: per activation layer, the median over units of each unit's average
+    activation on ``x`` (eval mode)."""
+    layers = [m for m in model.modules() if isinstance(m, Activation)]
+    outputs: list[Tensor] = []
+    hooks = [layer.register_forward_hook(lambda _m, _i, out: outputs.append(out)) for layer in layers]
+    was_training = model.training
+    model.eval()
+    try:
+        model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.train(was_training)
+    return [out.flatten(1).mean(dim=0).median().item() for out in outputs]
 
 
 def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = "cpu") -> Iterator[dict]:
@@ -70,43 +148,74 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
     Logged per epoch: ``train_loss`` (mean minibatch loss in train mode, as seen by the
     optimiser); ``train_loss_eval``/``train_error_eval``, the training set in eval mode, which is
     what the GELU paper's code reported when dropout or SOI is on (measured for every trial so
-    that all rows compare the same quantity); ``val_loss``/``val_error``; ``test_loss``/``test_error``. A non-finite training loss
-    ends the trial with ``diverged = 1``.
+    that all rows compare the same quantity); ``val_loss``/``val_error``; ``test_loss``/``test_error``;
+    ``best_val_epoch`` and the test metrics at that epoch (GELU paper §3.4: "test error at the
+    lowest validation error"). With ``activation_stats``: ``median_unit_activation_<layer>``. With
+    ``eval_noise``, after the last epoch: ``test_error_noise_<a>`` and ``test_loss_noise_<a>``.
+    A non-finite training loss ends the trial with ``diverged = 1``.
     """
     # -- setup: seed, data resident on the device, model, optimiser --------------------------------
     torch.manual_seed(cfg.seed)
-    as_x = lambda a: torch.as_tensor(a, device=device).reshape(len(a), -1)  # noqa: E731
-    as_y = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
-    train_x, train_y = as_x(splits.train_x), as_y(splits.train_y)
-    val_x, val_y = as_x(splits.val_x), as_y(splits.val_y)
-    test_x, test_y = as_x(splits.test_x), as_y(splits.test_y)
-    model = build_model(cfg.model, splits.in_dim, splits.n_classes, cfg.activation, cfg.dropout).to(device)
+    tensors = [torch.as_tensor(a, device=device) for a in (splits.train_x, splits.train_y, splits.val_x,
+                                                             splits.val_y, splits.test_x, splits.test_y)]
+    train_x, train_y, val_x, val_y, test_x, test_y = tensors
+    model = build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation, cfg.dropout,
+                        vocab_size=len(splits.vocab)).to(device)
+    if splits.embeddings is not None and hasattr(model, "embedding"):
+        with torch.no_grad():
+            model.embedding.weight.copy_(torch.as_tensor(splits.embeddings))
     optimizer = make_optimizer(cfg, model.parameters())
-    order = torch.Generator().manual_seed(cfg.seed)  # the data order depends on the seed only
+    order = torch.Generator().manual_seed(cfg.seed)  # data order and augmentation depend on the seed only
     n = len(train_y)
+    best_val, best = math.inf, {}
+    select_on = "val_loss" if cfg.task == "reconstruct" else "val_error"
 
     for epoch in range(1, cfg.epochs + 1):
         # -- one pass over the shuffled training set, batches taken by indexing ----------------
         started = time.perf_counter()
+        for group in optimizer.param_groups:
+            group["lr"] = cfg.lr * lr_factor(cfg.schedule, epoch - 1, cfg.epochs)
         model.train()
         permutation = torch.randperm(n, generator=order).to(device)
         loss_sum = torch.zeros((), device=device)
         for i in range(0, n, cfg.batch_size):
             idx = permutation[i:i + cfg.batch_size]
-            loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
+            loss, _ = batch_loss(model, cfg.task, augment_batch(train_x[idx], cfg.augment, order), train_y[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             loss_sum += loss.detach() * len(idx)  # no .item() per step: keeps the device busy
-        metrics = {"epoch": epoch, "train_loss": loss_sum.item() / n}
+        metrics = {"epoch": epoch, "train_loss": loss_sum.item() / n, "lr": optimizer.param_groups[0]["lr"]}
         if not math.isfinite(metrics["train_loss"]):
             yield {**metrics, "diverged": 1, "epoch_seconds": time.perf_counter() - started}
             return
 
         # -- evaluation ---------------------------------------------------------------------------
-        metrics["train_loss_eval"], metrics["train_error_eval"] = evaluate(model, train_x, train_y)
-        metrics["val_loss"], metrics["val_error"] = evaluate(model, val_x, val_y)
-        metrics["test_loss"], metrics["test_error"] = evaluate(model, test_x, test_y)
+        metrics["train_loss_eval"], metrics["train_error_eval"] = evaluate(model, train_x, train_y, cfg.task)
+        metrics["val_loss"], metrics["val_error"] = evaluate(model, val_x, val_y, cfg.task)
+        metrics["test_loss"], metrics["test_error"] = evaluate(model, test_x, test_y, cfg.task)
+        if metrics[select_on] < best_val:
+            best_val = metrics[select_on]
+            best = {"best_val_epoch": epoch, "test_loss_at_best_val": metrics["test_loss"],
+                    "test_error_at_best_val": metrics["test_error"]}
+        metrics.update(best)
+        if cfg.activation_stats:
+            stats = median_unit_activations(model, train_x[:STATS_EXAMPLES])
+            metrics.update({f"median_unit_activation_{i}": v for i, v in enumerate(stats, start=1)})
+        if epoch == cfg.epochs:
+            metrics.update(noise_robustness(model, test_x, test_y, cfg.eval_noise, cfg.seed))
         metrics["diverged"] = 0
         metrics["epoch_seconds"] = time.perf_counter() - started
         yield metrics
+
+
+@torch.no_grad()
+def noise_robustness(model: nn.Module, x: Tensor, y: Tensor, levels, seed: int) -> dict[str, float]:
+    """GELU paper §3.1, Fig. 3: test loss and error on x + Unif[−a, a] noise, for each a."""
+    generator = torch.Generator().manual_seed(10_000 + seed)
+    found = {}
+    for a in levels:
+        noise = (torch.rand(x.shape, generator=generator) * 2 - 1).to(x.device) * a
+        loss, error = evaluate(model, x + noise, y)
+        found[f"test_loss_noise_{a:.2f}"], found[f"test_error_noise_{a:.2f}"] = loss, error
+    return found

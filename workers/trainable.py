@@ -15,6 +15,11 @@ def trial_device(gpus_per_trial: float) -> torch.device:
     return torch.device("cpu")
 
 
+def trial_settings(config: dict) -> dict:
+    """A Tune trial's config with its grid point (activation, dropout, lr, seed) at the top level."""
+    return {**config, **config.get("point", {})}
+
+
 def run_trial(config: dict, splits: Splits) -> None:
     """Train one trial and report every epoch's metrics to Tune.
 
@@ -24,5 +29,5 @@ def run_trial(config: dict, splits: Splits) -> None:
     # One intra-op thread per reserved CPU, so concurrent trials do not oversubscribe the cores.
     torch.set_num_threads(max(1, int(config.get("cpus_per_trial", 1))))
     device = trial_device(config.get("gpus_per_trial", 0.0))
-    for metrics in train_epochs(TrialConfig.from_config(config), splits, device):
+    for metrics in train_epochs(TrialConfig.from_config(trial_settings(config)), splits, device):
         tune.report(metrics)

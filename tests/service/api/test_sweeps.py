@@ -134,7 +134,7 @@ def test_bearer_token_when_configured(ray_head, tmp_path):
 
 @pytest.mark.parametrize("body, loc, message", [
     ({"experiment": "mnist_classification", "colour": "red"}, ["body", "colour"], "Extra inputs"),
-    ({"experiment": "nope"}, ["body", "experiment"], "accepted: mnist_classification"),
+    ({"experiment": "nope"}, ["body", "experiment"], "mnist_classification, mnist_robustness"),
     ({"experiment": "mnist_classification", "overrides": {"activation": ["gelu", "tanh"]}},
      ["body", "overrides", "activation", 1], "'gelu_tanh'"),
     ({"experiment": "mnist_classification", "overrides": {"lr": [-0.1]}}, ["body", "overrides", "lr", 0], "greater than 0"),

@@ -1,0 +1,55 @@
+"""Every experiment's --quick variant end to end on a real local Ray and a real MLflow store:
+real data where it is here (MNIST, Twitter POS), generated data of the right shape for CIFAR
+and TIMIT. Overrides shrink each further so the whole catalog runs in minutes."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import ray
+from mlflow.tracking import MlflowClient
+
+from search_spaces import load_spec
+from search_spaces.catalog import experiment_names
+from service.aggregate import sweep_results
+from service.settings import Settings
+from service.sweeps import run_sweep
+from tests.conftest import SHARED_TWPOS, make_cifar, make_timit
+
+SMALLER = {
+    "mnist": {"train_subset": 1000, "epochs": 1, "seeds": 1},
+    "twitter_pos": {"train_subset": 100, "epochs": 1, "seeds": 1},
+    "timit": {"epochs": 1, "seeds": 1},
+    "cifar10": {"seeds": 1},
+    "cifar100": {"seeds": 1},
+}
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory):
+    home = tmp_path_factory.mktemp("quick")
+    data = home / "data"
+    data.mkdir()
+    os.symlink(SHARED_TWPOS / "twpos", data / "twpos")
+    make_cifar(data, "cifar10")
+    make_cifar(data, "cifar100")
+    make_timit(data)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield Settings(home=home, data_dir=data, download=False)
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("name", experiment_names())
+def test_quick_variant_runs_end_to_end(settings, name):
+    spec = load_spec(name, quick=True)
+    spec = load_spec(name, quick=True, overrides=SMALLER[spec.dataset])
+    outcome = run_sweep(spec, settings, quick=True)
+    assert outcome.errors == 0 and outcome.trials == spec.trial_count
+    results = sweep_results(settings.resolved_tracking_uri, outcome.sweep_id)
+    configs = {(p["activation"], p["dropout"], p["lr"]) for p in spec.grid_points()}
+    assert {(r["activation"], r["dropout"], r["lr"]) for r in results.rows()} == configs
+    assert all(r["n_seeds"] == len(spec.seed_list) for r in results.rows())
+    assert results.runs["val_loss"].notna().all()
+    logged = MlflowClient(settings.resolved_tracking_uri).get_run(results.runs["run_id"].iloc[0]).data.metrics
+    assert {f"test_error_noise_{a:.2f}" for a in spec.eval_noise} <= set(logged)  # robustness curves
+    assert ("median_unit_activation_1" in logged) == spec.activation_stats  # the ELU paper's statistic

@@ -1,0 +1,50 @@
+"""What every dataset loader returns: in-memory train / validation / test arrays."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SPLIT_SEED = 0  # fixed: the validation set must not depend on the trial seed
+
+
+class DatasetNotFound(Exception):
+    """The data is not in any place the loader knows; the message says how to provide it."""
+
+
+@dataclass
+class Splits:
+    name: str
+    source: str  # where the data came from, recorded on the parent run
+    train_x: np.ndarray
+    train_y: np.ndarray
+    val_x: np.ndarray
+    val_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+    n_classes: int  # classes or tags; 0 for reconstruction data
+    vocab: list[str] = field(default_factory=list)  # token datasets: id → word
+    embeddings: np.ndarray | None = None  # token datasets: a pretrained table, rows by id
+
+    @property
+    def in_shape(self) -> tuple[int, ...]:
+        return tuple(self.train_x.shape[1:])
+
+    @property
+    def in_dim(self) -> int:
+        return int(np.prod(self.in_shape))
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": len(self.train_y), "val": len(self.val_y), "test": len(self.test_y)}
+
+
+def hold_out(x: np.ndarray, y: np.ndarray, val_size: int, train_subset: int | None):
+    order = np.random.default_rng(SPLIT_SEED).permutation(len(y))
+    if not 0 < val_size < len(y):
+        raise ValueError(f"val_size: must be between 1 and {len(y) - 1} for this dataset (got {val_size})")
+    val, train = order[:val_size], order[val_size:]
+    if train_subset is not None:
+        train = train[:train_subset]
+    return x[train], y[train], x[val], y[val]
+
+
