@@ -27,12 +27,13 @@ class SweepResults:
     select_lr_by: str
     headline_metric: str
     runs: pd.DataFrame  # one row per trial run
-    table: pd.DataFrame  # one row per (activation, dropout, lr): medians over seeds
+    table: pd.DataFrame  # one row per (activation, dropout, lr) of the grid: medians over seeds
+    retrained: pd.DataFrame  # protocol retrain_on_full: medians of the chosen configs trained on all data
 
-    def rows(self) -> list[dict]:
-        """The table as JSON-ready rows (NaN → None)."""
-        table = self.table.astype(object).where(self.table.notna(), None)
-        return table.to_dict(orient="records")
+    def rows(self, table: pd.DataFrame | None = None) -> list[dict]:
+        """The grid table (or another of these tables) as JSON-ready rows (NaN → None)."""
+        table = self.table if table is None else table
+        return table.astype(object).where(table.notna(), None).to_dict(orient="records")
 
 
 def search_runs(client: MlflowClient, filter_string: str) -> list:
@@ -62,19 +63,19 @@ def trial_runs(client: MlflowClient, sweep_id: str) -> pd.DataFrame:
     for run in search_runs(client, f"tags.sweep_id = '{sweep_id}' and tags.role = 'trial'"):
         tags, metrics = run.data.tags, run.data.metrics
         rows.append({
-            "run_id": run.info.run_id, "status": run.info.status,
+            "run_id": run.info.run_id, "status": run.info.status, "phase": tags.get("phase", "grid"),
             "activation": tags["activation"], "dropout": float(tags["dropout"]),
             "lr": float(tags["lr"]), "seed": int(tags["seed"]),
             "diverged": tags.get("diverged") == "true",
             **{m: metrics.get(m, float("nan")) for m in FINAL_METRICS},
         })
-    columns = ["run_id", "status", *CONFIG, "seed", "diverged", *FINAL_METRICS]
+    columns = ["run_id", "status", "phase", *CONFIG, "seed", "diverged", *FINAL_METRICS]
     return pd.DataFrame(rows, columns=columns)
 
 
-def median_over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
+def median_over_seeds(runs: pd.DataFrame, phase: str = "grid") -> pd.DataFrame:
     """Per (activation, dropout, lr): the median of each final metric over the finished seeds."""
-    finished = runs[runs["status"] == "FINISHED"]
+    finished = runs[(runs["status"] == "FINISHED") & (runs["phase"] == phase)]
     grouped = finished.groupby(CONFIG, sort=True)
     table = grouped[list(FINAL_METRICS)].median()
     table["n_seeds"] = grouped["seed"].nunique()
@@ -103,4 +104,5 @@ def sweep_results(tracking_uri: str, sweep_id: str) -> SweepResults:
     select_by = tags.get("select_lr_by", "val_loss")
     table = choose_lr_on_validation(median_over_seeds(runs), by=select_by)
     return SweepResults(sweep_id, tags.get("experiment", ""), parent.info.run_id, parent.info.experiment_id,
-                        select_by, tags.get("headline_metric", "test_error"), runs, table)
+                        select_by, tags.get("headline_metric", "test_error"), runs, table,
+                        median_over_seeds(runs, phase="retrain"))

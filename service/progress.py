@@ -39,6 +39,10 @@ class LiveProgress(tune.Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.running.add(trial.trial_id)
+        if self.done + len(self.running) > self.total:  # a second phase (retraining on all data)
+            self.total += 1
+            self.progress.update(self.trials, total=self.total)
+            self.progress.update(self.epoch_task, total=self.total * self.epochs)
         self._status()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):

@@ -13,13 +13,14 @@ SHOWN = ["activation", "dropout", "lr", "n_seeds", "train_loss", "train_loss_eva
 
 
 def _readable(table: pd.DataFrame) -> pd.DataFrame:
-    shown = table[SHOWN + ["lr_chosen"]].copy()
+    shown = table[SHOWN + (["lr_chosen"] if "lr_chosen" in table else [])].copy()
     for column in ("val_error", "test_error"):
         shown[column] = shown[column].map(lambda v: f"{100 * v:.2f}%" if pd.notna(v) else "–")
     for column in ("train_loss", "train_loss_eval", "val_loss", "test_loss"):
         shown[column] = shown[column].map(lambda v: f"{v:.4f}" if pd.notna(v) else "–")
     shown["lr"] = shown["lr"].map(lambda v: f"{v:g}")
-    shown["lr_chosen"] = shown["lr_chosen"].map(lambda chosen: "✓" if chosen else "")
+    if "lr_chosen" in shown:
+        shown["lr_chosen"] = shown["lr_chosen"].map(lambda chosen: "✓" if chosen else "")
     return shown.rename(columns={"lr_chosen": "chosen"})
 
 
@@ -33,11 +34,16 @@ def protocol_line(results: SweepResults) -> str:
 def to_markdown(results: SweepResults) -> str:
     readable = _readable(results.table)
     chosen = readable[results.table["lr_chosen"]].drop(columns=["chosen"])
+    retrained = []
+    if len(results.retrained):
+        retrained = ["## Retrained on all the training data with the chosen lr (the reported number)", "",
+                     _readable(results.retrained).to_markdown(index=False), ""]
     return "\n".join([
         f"# {results.experiment}: sweep {results.sweep_id}", "",
         protocol_line(results), "",
         "## Chosen learning rate per activation and dropout", "",
         chosen.to_markdown(index=False), "",
+        *retrained,
         "## Every configuration", "",
         readable.to_markdown(index=False), "",
         f"MLflow: experiment {results.experiment_id}, parent run {results.parent_run_id}.", "",
@@ -49,7 +55,7 @@ def to_json(results: SweepResults) -> dict:
             "protocol": {"aggregate": "median", "select_lr_by": results.select_lr_by,
                          "headline_metric": results.headline_metric},
             "mlflow": {"experiment_id": results.experiment_id, "parent_run_id": results.parent_run_id},
-            "results": results.rows()}
+            "results": results.rows(), "retrained": results.rows(results.retrained)}
 
 
 def render(results: SweepResults, fmt: str) -> str:

@@ -11,6 +11,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from search_spaces import SweepSpec
+from service.aggregate import sweep_results
 from service.settings import Settings
 from workers.datasets import Splits, load_dataset
 from workers.tracking import MLflowTrialLogger, experiment_id, flatten, start_parent_run
@@ -51,12 +52,6 @@ def connect_ray(settings: Settings) -> str | None:
     return _dashboard_url
 
 
-def param_space(spec: SweepSpec) -> dict:
-    """Tune's search space: the shared settings plus one grid_search over the spec's grid points
-    (activation, dropout, lr, seed), which need not be a full product (``dropout_for``)."""
-    return {**spec.trial_base(), "point": tune.grid_search(spec.grid_points())}
-
-
 def load_splits(spec: SweepSpec, settings: Settings) -> Splits:
     """The spec's dataset; raises DatasetNotFound (with instructions) before anything starts."""
     return load_dataset(spec.dataset, settings.resolved_data_dir, settings.download, spec.val_size,
@@ -90,26 +85,33 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # progress is ours (callbacks); keep Tune's tables off
     connect_ray(settings)
     resources = {"cpu": spec.execution.cpus_per_trial, "gpu": spec.execution.gpus_per_trial}
-    trainable = tune.with_resources(tune.with_parameters(run_trial, splits=splits), resources)
     logger = MLflowTrialLogger(settings.resolved_tracking_uri, exp_id, parent_run_id, sweep_tags)
-    tuner = tune.Tuner(
-        trainable,
-        param_space=param_space(spec),
-        tune_config=tune.TuneConfig(
-            max_concurrent_trials=spec.execution.max_concurrent_trials,
-            trial_dirname_creator=lambda trial: trial.trial_id,
-        ),
-        run_config=tune.RunConfig(
-            name=f"{spec.name}-{sweep_id}",
-            storage_path=str(settings.ray_results),
-            callbacks=[logger, *callbacks],
-            verbose=0,
-        ),
-    )
+
+    def fit(points: list[dict], phase: str, data: Splits):
+        trainable = tune.with_resources(tune.with_parameters(run_trial, splits=data), resources)
+        tuner = tune.Tuner(
+            trainable,
+            param_space={**spec.trial_base(), "phase": phase, "point": tune.grid_search(points)},
+            tune_config=tune.TuneConfig(max_concurrent_trials=spec.execution.max_concurrent_trials,
+                                        trial_dirname_creator=lambda trial: trial.trial_id),
+            run_config=tune.RunConfig(name=f"{spec.name}-{sweep_id}-{phase}", storage_path=str(settings.ray_results),
+                                      callbacks=[logger, *callbacks], verbose=0),
+        )
+        return tuner.fit()
+
     try:
-        grid = tuner.fit()
+        grid = fit(spec.grid_points(), "grid", splits)
+        trials, errors = len(grid), len(grid.errors)
+        if spec.protocol.retrain_on_full and not errors:
+            # GELU paper §3.5: the lr chosen on validation, then trained again on all the training data
+            chosen = sweep_results(settings.resolved_tracking_uri, sweep_id).table
+            chosen = chosen[chosen["lr_chosen"]]
+            points = [{"activation": r.activation, "dropout": r.dropout, "lr": r.lr, "seed": seed}
+                      for r in chosen.itertuples() for seed in spec.seed_list]
+            retrain = fit(points, "retrain", splits.with_validation_in_training())
+            trials, errors = trials + len(retrain), errors + len(retrain.errors)
     except BaseException:
         client.set_terminated(parent_run_id, "KILLED")
         raise
-    client.set_terminated(parent_run_id, "FINISHED" if not grid.errors else "FAILED")
-    return SweepOutcome(sweep_id, parent_run_id, exp_id, len(grid), len(grid.errors))
+    client.set_terminated(parent_run_id, "FINISHED" if not errors else "FAILED")
+    return SweepOutcome(sweep_id, parent_run_id, exp_id, trials, errors)

@@ -40,6 +40,8 @@ class TrialStateRecorder(tune.Callback):
         return runs[0].info.run_id if runs else None
 
     def _update(self, trial, **fields):
+        if trial.config.get("phase", "grid") != "grid":  # retraining runs are in MLflow, not in the grid's list
+            return
         self.store.update_trial(self.sweep_id, self.positions[grid_key(trial.config["point"])], **fields)
 
     def on_trial_start(self, iteration, trials, trial, **info):

@@ -1,7 +1,7 @@
 """What every dataset loader returns: in-memory train / validation / test arrays."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -33,6 +33,12 @@ class Splits:
     @property
     def in_dim(self) -> int:
         return int(np.prod(self.in_shape))
+
+    def with_validation_in_training(self) -> "Splits":
+        """All the training data: the validation examples join the training set (they stay the
+        validation set too, so its metrics are no longer held out)."""
+        return replace(self, train_x=np.concatenate([self.train_x, self.val_x]),
+                       train_y=np.concatenate([self.train_y, self.val_y]))
 
     def sizes(self) -> dict[str, int]:
         return {"train": len(self.train_y), "val": len(self.val_y), "test": len(self.test_y)}

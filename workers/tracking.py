@@ -71,7 +71,7 @@ class MLflowTrialLogger(tune.Callback):
             return
         cfg = trial_settings(trial.config)
         tags = {**self.sweep_tags, "mlflow.parentRunId": self.parent_run_id, "role": "trial",
-                "trial_id": trial.trial_id, **{k: str(cfg[k]) for k in GRID_TAGS}}
+                "phase": cfg.get("phase", "grid"), "trial_id": trial.trial_id, **{k: str(cfg[k]) for k in GRID_TAGS}}
         name = f"{cfg['activation']}-lr{cfg['lr']:g}-do{cfg['dropout']:g}-s{cfg['seed']}"
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         params = [Param(k, str(v)) for k, v in flatten({k: v for k, v in cfg.items() if k != "point"}).items()]

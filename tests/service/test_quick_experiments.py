@@ -44,8 +44,12 @@ def test_quick_variant_runs_end_to_end(settings, name):
     spec = load_spec(name, quick=True)
     spec = load_spec(name, quick=True, overrides=SMALLER[spec.dataset])
     outcome = run_sweep(spec, settings, quick=True)
-    assert outcome.errors == 0 and outcome.trials == spec.trial_count
+    retrained = {(p["activation"], p["dropout"]) for p in spec.grid_points()} if spec.protocol.retrain_on_full else set()
+    assert outcome.errors == 0 and outcome.trials == spec.trial_count + len(retrained) * len(spec.seed_list)
     results = sweep_results(settings.resolved_tracking_uri, outcome.sweep_id)
+    chosen = {(r["activation"], r["dropout"], r["lr"]) for r in results.rows() if r["lr_chosen"]}
+    assert {(r["activation"], r["dropout"], r["lr"]) for r in results.rows(results.retrained)} == (
+        chosen if retrained else set())  # CIFAR-10 protocol: the chosen lr, trained again on all the data
     configs = {(p["activation"], p["dropout"], p["lr"]) for p in spec.grid_points()}
     assert {(r["activation"], r["dropout"], r["lr"]) for r in results.rows()} == configs
     assert all(r["n_seeds"] == len(spec.seed_list) for r in results.rows())
