@@ -84,6 +84,26 @@ class Execution(StrictModel):
     max_concurrent_trials: PositiveInt | None = None
 
 
+class Search(StrictModel):
+    """A search over the lr instead of the lr grid: Optuna (Ray Tune's OptunaSearch) suggests
+    ``num_samples`` lrs per (activation, dropout); each suggestion runs once per seed (Tune's
+    Repeater), and Optuna learns from the mean over seeds of ``metric`` (validation, never test)."""
+
+    lr_low: PositiveFloat
+    lr_high: PositiveFloat
+    log: bool = True  # log-uniform
+    num_samples: int = Field(8, ge=1, le=1000)
+    metric: Literal["val_loss", "val_error"] = "val_loss"
+    seed: int = 0  # the sampler's seed, for a repeatable search
+
+    @field_validator("lr_high")
+    @classmethod
+    def _range(cls, value: float, info) -> float:
+        if value <= info.data.get("lr_low", 0):
+            raise ValueError("lr_high must be larger than lr_low")
+        return value
+
+
 class PaperNumber(StrictModel):
     """A number the paper reports, for the report to print beside ours."""
 
@@ -130,6 +150,7 @@ class SweepSpec(StrictModel):
     # per-activation replacement of the dropout axis, e.g. {soi: [0.0]}: SOI runs without dropout
     # while the others tune it (GELU paper §4)
     dropout_for: dict[ActivationName, list[float]] = {}
+    search: Search | None = None  # an Optuna search over the lr replaces the lr axis
     # a count (seeds 0..n-1) or explicit seeds
     seeds: Annotated[int, Field(ge=1, le=1000)] | Annotated[list[int], Field(min_length=1, max_length=1000)] = 1
 
@@ -161,8 +182,8 @@ class SweepSpec(StrictModel):
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, value):
-        if isinstance(value, list) and (not value or len(set(value)) != len(value)):
-            raise ValueError("seeds: a positive count or a list of distinct integers")
+        if isinstance(value, list) and (len(set(value)) != len(value) or not all(0 <= v < 2**32 for v in value)):
+            raise ValueError("seeds: a positive count or a list of distinct integers in [0, 2^32)")
         return value
 
     @property
@@ -171,15 +192,24 @@ class SweepSpec(StrictModel):
 
     @property
     def trial_count(self) -> int:
+        if self.search:
+            return len(self.searched_pairs()) * self.search.num_samples * len(self.seed_list)
         return len(self.grid_points())
+
+    def searched_pairs(self) -> list[tuple[str, float]]:
+        """The (activation, dropout) pairs; with ``search``, each gets its own lr search."""
+        return [(a, d) for a in self.activation for d in self.dropouts_of(a)]
 
     def dropouts_of(self, activation: str) -> list[float]:
         return self.dropout_for.get(activation, self.dropout)
 
     def grid_points(self) -> list[dict]:
-        """Every trial of the sweep, in a fixed order: activation, dropout, lr, then seed."""
+        """Every trial of the sweep, in a fixed order: activation, dropout, lr, then seed (none
+        known in advance when the lr is searched)."""
+        if self.search:
+            return []
         return [{"activation": a, "dropout": d, "lr": lr, "seed": seed}
-                for a in self.activation for d in self.dropouts_of(a) for lr in self.lr for seed in self.seed_list]
+                for a, d in self.searched_pairs() for lr in self.lr for seed in self.seed_list]
 
     def trial_base(self) -> dict:
         """The settings every trial of the sweep shares (the grid point is added per trial)."""

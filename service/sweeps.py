@@ -58,6 +58,18 @@ def load_splits(spec: SweepSpec, settings: Settings) -> Splits:
                         spec.train_subset, spec.data_options.model_dump())
 
 
+def lr_search(spec: SweepSpec, activation: str, dropout: float) -> tuple:
+    """The search point, searcher and sample count of one (activation, dropout)'s lr search."""
+    from ray.tune.search import Repeater
+    from ray.tune.search.optuna import OptunaSearch
+
+    search = spec.search
+    lr = (tune.loguniform if search.log else tune.uniform)(search.lr_low, search.lr_high)
+    point = {"activation": activation, "dropout": dropout, "lr": lr}
+    searcher = Repeater(OptunaSearch(metric=search.metric, mode="min", seed=search.seed), repeat=len(spec.seed_list))
+    return point, searcher, search.num_samples * len(spec.seed_list)
+
+
 def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = None, sweep_id: str | None = None,
               quick: bool = False, name: str | None = None, callbacks: tuple[tune.Callback, ...] = (),
               on_parent_run: Callable[[str, str], None] | None = None) -> SweepOutcome:
@@ -87,29 +99,37 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     resources = {"cpu": spec.execution.cpus_per_trial, "gpu": spec.execution.gpus_per_trial}
     logger = MLflowTrialLogger(settings.resolved_tracking_uri, exp_id, parent_run_id, sweep_tags)
 
-    def fit(points: list[dict], phase: str, data: Splits):
+    def fit(points, phase: str, data: Splits, name: str, search_alg=None, num_samples: int = 1):
         trainable = tune.with_resources(tune.with_parameters(run_trial, splits=data), resources)
         tuner = tune.Tuner(
             trainable,
-            param_space={**spec.trial_base(), "phase": phase, "point": tune.grid_search(points)},
+            param_space={**spec.trial_base(), "phase": phase, "seeds": spec.seed_list, "point": points},
             tune_config=tune.TuneConfig(max_concurrent_trials=spec.execution.max_concurrent_trials,
+                                        search_alg=search_alg, num_samples=num_samples,
                                         trial_dirname_creator=lambda trial: trial.trial_id),
-            run_config=tune.RunConfig(name=f"{spec.name}-{sweep_id}-{phase}", storage_path=str(settings.ray_results),
+            run_config=tune.RunConfig(name=f"{spec.name}-{sweep_id}-{name}", storage_path=str(settings.ray_results),
                                       callbacks=[logger, *callbacks], verbose=0),
         )
-        return tuner.fit()
+        found = tuner.fit()
+        return len(found), len(found.errors)
 
     try:
-        grid = fit(spec.grid_points(), "grid", splits)
-        trials, errors = len(grid), len(grid.errors)
+        if spec.search:
+            trials = errors = 0
+            for activation, dropout in spec.searched_pairs():
+                point, searcher, samples = lr_search(spec, activation, dropout)
+                n, failed = fit(point, "grid", splits, f"{activation}-{dropout:g}", searcher, samples)
+                trials, errors = trials + n, errors + failed
+        else:
+            trials, errors = fit(tune.grid_search(spec.grid_points()), "grid", splits, "grid")
         if spec.protocol.retrain_on_full and not errors:
             # GELU paper §3.5: the lr chosen on validation, then trained again on all the training data
             chosen = sweep_results(settings.resolved_tracking_uri, sweep_id).table
             chosen = chosen[chosen["lr_chosen"]]
             points = [{"activation": r.activation, "dropout": r.dropout, "lr": r.lr, "seed": seed}
                       for r in chosen.itertuples() for seed in spec.seed_list]
-            retrain = fit(points, "retrain", splits.with_validation_in_training())
-            trials, errors = trials + len(retrain), errors + len(retrain.errors)
+            n, failed = fit(tune.grid_search(points), "retrain", splits.with_validation_in_training(), "retrain")
+            trials, errors = trials + n, errors + failed
     except BaseException:
         client.set_terminated(parent_run_id, "KILLED")
         raise

@@ -11,6 +11,7 @@ from ray import tune
 
 from service.aggregate import search_runs
 from service.store import SweepStore
+from workers.trainable import trial_settings
 
 
 def grid_key(point: dict) -> tuple:
@@ -40,9 +41,11 @@ class TrialStateRecorder(tune.Callback):
         return runs[0].info.run_id if runs else None
 
     def _update(self, trial, **fields):
-        if trial.config.get("phase", "grid") != "grid":  # retraining runs are in MLflow, not in the grid's list
+        key = grid_key(trial_settings(trial.config))
+        # retraining runs, and the trials of an lr search, are in MLflow but not in the grid's list
+        if trial.config.get("phase", "grid") != "grid" or key not in self.positions:
             return
-        self.store.update_trial(self.sweep_id, self.positions[grid_key(trial.config["point"])], **fields)
+        self.store.update_trial(self.sweep_id, self.positions[key], **fields)
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self._update(trial, state="running", mlflow_run_id=self._mlflow_run_id(trial))

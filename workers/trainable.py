@@ -16,8 +16,15 @@ def trial_device(gpus_per_trial: float) -> torch.device:
 
 
 def trial_settings(config: dict) -> dict:
-    """A Tune trial's config with its grid point (activation, dropout, lr, seed) at the top level."""
-    return {**config, **config.get("point", {})}
+    """A Tune trial's config with its grid point (activation, dropout, lr, seed) at the top level.
+
+    Under a search, Tune's Repeater numbers the repeats of one suggestion (``__trial_index__``):
+    repeat i runs the spec's i-th seed.
+    """
+    settings = {**config, **config.get("point", {})}
+    if "__trial_index__" in config:
+        settings["seed"] = config["seeds"][config["__trial_index__"]]
+    return settings
 
 
 def run_trial(config: dict, splits: Splits) -> None:

@@ -57,3 +57,20 @@ def test_quick_variant_runs_end_to_end(settings, name):
     logged = MlflowClient(settings.resolved_tracking_uri).get_run(results.runs["run_id"].iloc[0]).data.metrics
     assert {f"test_error_noise_{a:.2f}" for a in spec.eval_noise} <= set(logged)  # robustness curves
     assert ("median_unit_activation_1" in logged) == spec.activation_stats  # the ELU paper's statistic
+
+
+def test_optuna_lr_search_repeats_every_suggestion_over_the_seeds(settings):
+    spec = load_spec("mnist_classification", quick=True, overrides={
+        "dataset": "digits", "val_size": 200, "epochs": 2, "model.depth": 2, "model.width": 32,
+        "activation": ["gelu"], "dropout": 0, "seeds": [3, 5],
+        "search": {"lr_low": 1e-4, "lr_high": 3e-2, "num_samples": 3, "seed": 1}})
+    assert spec.trial_count == 3 * 2
+    outcome = run_sweep(spec, settings)
+    assert outcome.errors == 0 and outcome.trials == 6
+    results = sweep_results(settings.resolved_tracking_uri, outcome.sweep_id)
+    runs = results.runs
+    assert len(runs) == 6 and runs["lr"].between(1e-4, 3e-2).all()
+    assert runs.groupby("lr")["seed"].apply(sorted).tolist() == [[3, 5]] * 3  # each suggestion × every seed
+    rows = results.rows()
+    assert len(rows) == 3 and all(r["n_seeds"] == 2 for r in rows)
+    assert [r["lr"] for r in rows if r["lr_chosen"]] == [min(rows, key=lambda r: r["val_loss"])["lr"]]

@@ -31,7 +31,7 @@ def create_sweep(body: SweepCreate, response: Response,
 
 
 @router.get("", response_model=SweepPage)
-def list_sweeps(offset: int = Query(0, ge=0), limit: int = Query(20, ge=1, le=200),
+def list_sweeps(offset: int = Query(0, ge=0, le=1_000_000_000), limit: int = Query(20, ge=1, le=200),
                 state: Literal[SWEEP_STATES] | None = None,  # type: ignore[valid-type]
                 store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
     records, total = store.page(offset, limit, state)
