@@ -2,7 +2,10 @@
 on validation (GELU paper §3: "we report the median over runs"; lr tuned on held-out data)."""
 from __future__ import annotations
 
+import json
 import re
+import tempfile
+from pathlib import Path
 from dataclasses import dataclass
 
 import pandas as pd
@@ -26,6 +29,7 @@ class SweepResults:
     experiment_id: str
     select_lr_by: str
     headline_metric: str
+    spec: dict  # the resolved spec the sweep ran (the parent run's spec.json)
     runs: pd.DataFrame  # one row per trial run
     table: pd.DataFrame  # one row per (activation, dropout, lr) of the grid: medians over seeds
     retrained: pd.DataFrame  # protocol retrain_on_full: medians of the chosen configs trained on all data
@@ -67,17 +71,18 @@ def trial_runs(client: MlflowClient, sweep_id: str) -> pd.DataFrame:
             "activation": tags["activation"], "dropout": float(tags["dropout"]),
             "lr": float(tags["lr"]), "seed": int(tags["seed"]),
             "diverged": tags.get("diverged") == "true",
-            **{m: metrics.get(m, float("nan")) for m in FINAL_METRICS},
+            **{m: float("nan") for m in FINAL_METRICS}, **metrics,
         })
     columns = ["run_id", "status", "phase", *CONFIG, "seed", "diverged", *FINAL_METRICS]
-    return pd.DataFrame(rows, columns=columns)
+    extra = sorted({k for row in rows for k in row} - set(columns))  # headline metrics such as test_error_at_best_val
+    return pd.DataFrame(rows, columns=columns + extra)
 
 
 def median_over_seeds(runs: pd.DataFrame, phase: str = "grid") -> pd.DataFrame:
     """Per (activation, dropout, lr): the median of each final metric over the finished seeds."""
     finished = runs[(runs["status"] == "FINISHED") & (runs["phase"] == phase)]
     grouped = finished.groupby(CONFIG, sort=True)
-    table = grouped[list(FINAL_METRICS)].median()
+    table = grouped[[m for m in FINAL_METRICS if m in finished]].median()
     table["n_seeds"] = grouped["seed"].nunique()
     table["n_diverged"] = grouped["diverged"].sum().astype(int)
     return table.reset_index()
@@ -95,6 +100,14 @@ def choose_lr_on_validation(table: pd.DataFrame, by: str = "val_loss") -> pd.Dat
     return table
 
 
+def _spec(client: MlflowClient, run_id: str) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            return json.loads(Path(client.download_artifacts(run_id, "spec.json", folder)).read_text())
+        except Exception:  # a parent run written without its spec
+            return {}
+
+
 def sweep_results(tracking_uri: str, sweep_id: str) -> SweepResults:
     """Everything the report needs about a sweep, read from the MLflow store."""
     client = MlflowClient(tracking_uri)
@@ -104,5 +117,6 @@ def sweep_results(tracking_uri: str, sweep_id: str) -> SweepResults:
     select_by = tags.get("select_lr_by", "val_loss")
     table = choose_lr_on_validation(median_over_seeds(runs), by=select_by)
     return SweepResults(sweep_id, tags.get("experiment", ""), parent.info.run_id, parent.info.experiment_id,
-                        select_by, tags.get("headline_metric", "test_error"), runs, table,
+                        select_by, tags.get("headline_metric", "test_error"), _spec(client, parent.info.run_id),
+                        runs, table,
                         median_over_seeds(runs, phase="retrain"))

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import asdict
 
 import pandas as pd
 
 from service.aggregate import SweepResults
+from service.paper_table import reported_rows, verdicts
 
 FORMATS = ("md", "csv", "json")
 SHOWN = ["activation", "dropout", "lr", "n_seeds", "train_loss", "train_loss_eval", "val_loss", "val_error",
@@ -31,6 +34,38 @@ def protocol_line(results: SweepResults) -> str:
             f"(validation data, never test). Errors in %, losses are mean cross-entropy (nats).")
 
 
+def _value(metric: str, value: float | None) -> str:
+    if value is None or pd.isna(value):
+        return "–"
+    return f"{100 * value:.2f}%" if "error" in metric else f"{value:.4f}"
+
+
+def paper_terms_markdown(results: SweepResults) -> list[str]:
+    """The reported number per activation beside the paper's, and the verdicts on its claims."""
+    if not results.spec or not len(results.table):
+        return []
+    rows = reported_rows(results.runs, results.table, results.spec)
+    table = pd.DataFrame([{
+        "activation": r.activation, "dropout": r.dropout, "chosen lr": f"{r.lr:g}", "metric": r.metric,
+        "ours (median)": _value(r.metric, r.median),
+        "95% interval": f"[{_value(r.metric, r.ci_low)}, {_value(r.metric, r.ci_high)}]",
+        "seeds": r.n_seeds, "paper": _value(r.metric, r.paper)} for r in rows])
+    lines = ["## In the paper's terms", "", table.to_markdown(index=False), ""]
+    found = verdicts(rows)
+    if found:
+        lines += ["| claim (paper's order) | paper | ours (medians) | paired t-test p (seeds) | verdict |",
+                  "|:--|:--|:--|:--|:--|"]
+        for v in found:
+            p = f"{v.p_value:.3g} ({v.n_pairs})" if v.p_value is not None else f"– ({v.n_pairs})"
+            lines.append(f"| {v.claim} | {_value(v.claim, v.paper[0])} vs {_value(v.claim, v.paper[1])} | "
+                         f"{_value(v.claim, v.ours[0])} vs {_value(v.claim, v.ours[1])} | {p} | {v.verdict} |")
+        lines.append("")
+    claims = results.spec.get("claims", [])
+    if claims:
+        lines += ["Claims of the paper for this experiment: " + " ".join(claims), ""]
+    return lines
+
+
 def to_markdown(results: SweepResults) -> str:
     readable = _readable(results.table)
     chosen = readable[results.table["lr_chosen"]].drop(columns=["chosen"])
@@ -41,6 +76,7 @@ def to_markdown(results: SweepResults) -> str:
     return "\n".join([
         f"# {results.experiment}: sweep {results.sweep_id}", "",
         protocol_line(results), "",
+        *paper_terms_markdown(results),
         "## Chosen learning rate per activation and dropout", "",
         chosen.to_markdown(index=False), "",
         *retrained,
@@ -51,11 +87,24 @@ def to_markdown(results: SweepResults) -> str:
 
 
 def to_json(results: SweepResults) -> dict:
+    reported = reported_rows(results.runs, results.table, results.spec) if results.spec and len(results.table) else []
     return {"sweep_id": results.sweep_id, "experiment": results.experiment,
             "protocol": {"aggregate": "median", "select_lr_by": results.select_lr_by,
                          "headline_metric": results.headline_metric},
             "mlflow": {"experiment_id": results.experiment_id, "parent_run_id": results.parent_run_id},
-            "results": results.rows(), "retrained": results.rows(results.retrained)}
+            "results": results.rows(), "retrained": results.rows(results.retrained),
+            "reported": _finite([asdict(r) for r in reported]), "verdicts": _finite([asdict(v) for v in verdicts(reported)])}
+
+
+def _finite(value):
+    """NaN → None, recursively: JSON has no NaN."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def render(results: SweepResults, fmt: str) -> str:

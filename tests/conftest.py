@@ -23,6 +23,9 @@ def actsweep_command(*args: str) -> list[str]:
 
 
 SHARED_TWPOS = REPO.parent / "shared" / "data"  # a copy of the Twitter POS data, for tests only
+# The copy sits beside the clone (as in CI); a clone on its own skips the tests that read it.
+needs_twpos = pytest.mark.skipif(not (SHARED_TWPOS / "twpos" / "oct27.train").is_file(),
+                                 reason=f"no Twitter POS copy at {SHARED_TWPOS}/twpos")
 
 
 def make_cifar(data_dir: Path, name: str, per_batch: int = 200, test: int = 100, seed: int = 0) -> Path:

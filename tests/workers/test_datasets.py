@@ -3,11 +3,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED_TWPOS, make_cifar, make_timit
+from tests.conftest import SHARED_TWPOS, make_cifar, make_timit, needs_twpos
 from workers.datasets import DatasetNotFound, load_dataset
 from workers.twitter_pos import TAGS
 
 
+@needs_twpos
 def test_twitter_pos_windows_from_the_conll_files():
     splits = load_dataset("twitter_pos", SHARED_TWPOS, download=False, val_size=1)
     assert splits.n_classes == 25 == len(TAGS)
@@ -20,6 +21,7 @@ def test_twitter_pos_windows_from_the_conll_files():
     assert first_word == "i" and TAGS[splits.train_y[0]] == "O"  # "I	O" is the first line of oct27.train
 
 
+@needs_twpos
 def test_twitter_pos_loads_a_word2vec_text_table(tmp_path):
     vectors = tmp_path / "vectors.txt"
     vectors.write_text("i " + " ".join(["0.5"] * 4) + "\npredict " + " ".join(["-1"] * 4) + "\n")
