@@ -40,15 +40,27 @@ def ray_auth_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+def ray_cli() -> str:
+    return str(Path(sys.executable).with_name("ray"))
+
+
+def ensure_ray_token() -> None:
+    """Token auth needs a token before ``ray start``: make one (``ray get-auth-token --generate``,
+    into ~/.ray/auth_token) where there is none, as ``ray.init`` does for a local Ray."""
+    if not ray_auth_headers():
+        subprocess.run([ray_cli(), "get-auth-token", "--generate"], check=True, capture_output=True, timeout=120)
+
+
 def start_local_head(settings: Settings) -> None:
-    """``ray start --head`` with its dashboard at ACTSWEEP_RAY_DASHBOARD_URL; a daemon that
-    outlives this process (stop it with ``ray stop``)."""
+    """``ray start --head`` with its dashboard at ACTSWEEP_RAY_DASHBOARD_URL, token auth on; a
+    daemon that outlives this process (stop it with ``ray stop``)."""
+    ensure_ray_token()
     port = urlparse(settings.ray_dashboard_url).port or 8265
-    command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--node-ip-address", "127.0.0.1",
+    command = [ray_cli(), "start", "--head", "--node-ip-address", "127.0.0.1",
                "--dashboard-host", "127.0.0.1", "--dashboard-port", str(port), "--include-dashboard", "true"]
     if settings.num_cpus:
         command += ["--num-cpus", str(settings.num_cpus)]
-    subprocess.run(command, check=True, capture_output=True, timeout=120)
+    subprocess.run(command, check=True, capture_output=True, timeout=120, env={**os.environ, "RAY_AUTH_MODE": "token"})
     for _ in range(60):
         if dashboard_answers(settings.ray_dashboard_url):
             return

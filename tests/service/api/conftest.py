@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.jobs import ensure_ray_token, ray_cli
 from tests.conftest import REPO
 
 # A sweep that takes seconds: real digits, a small MLP, 2 activations × 2 seeds.
@@ -30,7 +31,8 @@ def ray_head():
     """``ray start --head --block``: terminating the command stops the head's processes."""
     ports = {"port": free_port(), "dashboard": free_port()}
     temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
-    ray = str(Path(sys.executable).with_name("ray"))
+    ray = ray_cli()
+    ensure_ray_token()  # a new machine has none, and a token-auth head will not start without one
     process = subprocess.Popen(
         [ray, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(ports["port"]),
          "--dashboard-host", "127.0.0.1", "--dashboard-port", str(ports["dashboard"]), "--num-cpus", "2",
