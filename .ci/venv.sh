@@ -36,7 +36,8 @@ if [ ! -f "$venv/.complete" ]; then
 fi
 
 # Point the environment at this checkout (a new clone reuses the environment of an older one).
-installed=$("$venv/bin/python" -c 'import pathlib, service; print(pathlib.Path(service.__file__).parent.parent)' 2>/dev/null || true)
+# (asked from / so that the current directory does not shadow the installed package)
+installed=$(cd / && "$venv/bin/python" -c 'import pathlib, service; print(pathlib.Path(service.__file__).parent.parent)' 2>/dev/null || true)
 if [ "$installed" != "$repo" ]; then
   "$venv/bin/pip" install --no-deps --no-build-isolation -e "$repo" >>"$log" 2>&1 \
     || { tail -30 "$log" >&2; exit 1; }
