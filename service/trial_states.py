@@ -7,10 +7,10 @@ from __future__ import annotations
 from functools import cached_property
 
 from mlflow.tracking import MlflowClient
-from ray import tune
 
 from service.aggregate import search_runs
 from service.store import SweepStore
+from workers.tracking import PicklableCallback
 from workers.trainable import trial_settings
 
 
@@ -18,8 +18,10 @@ def grid_key(point: dict) -> tuple:
     return (point["activation"], float(point["dropout"]), float(point["lr"]), int(point["seed"]))
 
 
-class TrialStateRecorder(tune.Callback):
+class TrialStateRecorder(PicklableCallback):
     """Writes each trial's state and last metrics to the sweep record."""
+
+    transient = ("store",)
 
     def __init__(self, database_url: str, tracking_uri: str, sweep_id: str, positions: dict[tuple, int]):
         self.database_url = database_url
@@ -30,9 +32,6 @@ class TrialStateRecorder(tune.Callback):
     @cached_property
     def store(self) -> SweepStore:
         return SweepStore(self.database_url)
-
-    def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "store"}
 
     def _mlflow_run_id(self, trial) -> str | None:
         # MLflowTrialLogger runs before this callback and has created the trial's run

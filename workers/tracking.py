@@ -47,8 +47,20 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class MLflowTrialLogger(tune.Callback):
+class PicklableCallback(tune.Callback):
+    """A Tune callback whose clients (locks, connections) are made on first use and left out when
+    Tune pickles its callbacks with the experiment state; ``transient`` names those attributes."""
+
+    transient: tuple[str, ...] = ()
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k not in self.transient}
+
+
+class MLflowTrialLogger(PicklableCallback):
     """Creates each trial's child run on start and logs its metrics after every epoch."""
+
+    transient = ("client",)
 
     def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str, sweep_tags: dict[str, str]):
         self.tracking_uri = tracking_uri
@@ -61,9 +73,6 @@ class MLflowTrialLogger(tune.Callback):
     @cached_property
     def client(self) -> MlflowClient:
         return MlflowClient(self.tracking_uri)
-
-    def __getstate__(self):  # Tune pickles its callbacks with the experiment state
-        return {k: v for k, v in self.__dict__.items() if k != "client"}
 
     def on_trial_start(self, iteration, trials, trial, **info):
         if trial.trial_id in self.run_ids:  # a retried trial keeps its run
