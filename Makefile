@@ -4,5 +4,5 @@
 demo:  ## the main job: the quick MNIST classification sweep on the real MNIST, on a local Ray
 	@venv=$$(bash .ci/venv.sh) && "$$venv/bin/actsweep" run mnist_classification --quick
 
-test:  ## the test suite, against a real local Ray and real MLflow stores
-	@venv=$$(bash .ci/venv.sh) && "$$venv/bin/python" -m pytest -q
+test:  ## the test suite, against a real local Ray and real MLflow stores (and headless Chromium)
+	@bash .ci/system-packages.sh && venv=$$(bash .ci/venv.sh) && "$$venv/bin/python" -m pytest -q

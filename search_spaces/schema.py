@@ -82,6 +82,7 @@ class Execution(StrictModel):
     cpus_per_trial: PositiveFloat = 1.0
     gpus_per_trial: NonNegativeFloat = 0.0  # fractions let several trials share one GPU
     max_concurrent_trials: PositiveInt | None = None
+    rerun: bool = False  # train every trial, even one whose identical twin already finished (the trial cache)
 
 
 class Search(StrictModel):

@@ -3,6 +3,7 @@ on validation (GELU paper §3: "we report the median over runs"; lr tuned on hel
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 import pandas as pd
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per spec.json read clutters logs
 
 FINAL_METRICS = ("train_loss", "train_loss_eval", "train_error_eval", "val_loss", "val_error",
                  "test_loss", "test_error")
@@ -33,6 +36,7 @@ class SweepResults:
     runs: pd.DataFrame  # one row per trial run
     table: pd.DataFrame  # one row per (activation, dropout, lr) of the grid: medians over seeds
     retrained: pd.DataFrame  # protocol retrain_on_full: medians of the chosen configs trained on all data
+    tags: dict  # the parent run's tags: provenance (code_version, hardware, data_source, quick)
 
     def rows(self, table: pd.DataFrame | None = None) -> list[dict]:
         """The grid table (or another of these tables) as JSON-ready rows (NaN → None)."""
@@ -119,4 +123,4 @@ def sweep_results(tracking_uri: str, sweep_id: str) -> SweepResults:
     return SweepResults(sweep_id, tags.get("experiment", ""), parent.info.run_id, parent.info.experiment_id,
                         select_by, tags.get("headline_metric", "test_error"), _spec(client, parent.info.run_id),
                         runs, table,
-                        median_over_seeds(runs, phase="retrain"))
+                        median_over_seeds(runs, phase="retrain"), dict(tags))

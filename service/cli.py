@@ -35,7 +35,10 @@ def cmd_experiments(args) -> int:
 
 def cmd_run(args) -> int:
     settings = get_settings()
-    spec = load_spec(args.experiment, quick=args.quick, overrides=parse_set_options(args.set or []))
+    overrides = parse_set_options(args.set or [])
+    if args.rerun:
+        overrides["execution.rerun"] = True
+    spec = load_spec(args.experiment, quick=args.quick, overrides=overrides)
     # Imported once the spec is valid: Ray and Tune take seconds to import.
     from service.progress import LiveProgress
     from service.sweeps import connect_ray, load_splits, new_sweep_id, run_sweep
@@ -50,7 +53,9 @@ def cmd_run(args) -> int:
     dashboard = connect_ray(settings)
     console.print(f"MLflow: {settings.resolved_tracking_uri}   Ray dashboard: {dashboard or 'not running'}")
     progress = LiveProgress(spec.trial_count, spec.epochs, console)
-    outcome = run_sweep(spec, settings, splits=splits, sweep_id=sweep_id, quick=args.quick, name=args.name, callbacks=(progress,))
+    outcome = run_sweep(spec, settings, splits=splits, sweep_id=sweep_id, quick=args.quick, name=args.name,
+                        callbacks=(progress,), on_reused=progress.reused)
+    progress.progress.stop()  # Tune stops it, unless every trial came from the cache
 
     results = sweep_results(settings.resolved_tracking_uri, outcome.sweep_id)  # read back from MLflow
     if args.json:
@@ -68,7 +73,12 @@ def cmd_run(args) -> int:
 def cmd_report(args) -> int:
     settings = get_settings()
     results = sweep_results(settings.resolved_tracking_uri, args.sweep_id)
-    text = render(results, args.format)
+    figures = None
+    if args.format == "html":
+        from service.figures import stored_figures
+
+        figures = stored_figures(results, settings.resolved_tracking_uri)
+    text = render(results, args.format, figures, settings.resolved_mlflow_ui_url)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -104,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override a spec field; a comma list replaces a grid axis (repeatable)")
     run.add_argument("--name", help="a name for the sweep's MLflow parent run")
     run.add_argument("--json", action="store_true", help='end with one JSON object {"sweep_id", "results"}')
+    run.add_argument("--rerun", action="store_true",
+                     help="train every trial, even those an earlier sweep already trained identically")
     run.set_defaults(handler=cmd_run)
 
     report = commands.add_parser("report", help="print the tables of a finished sweep")

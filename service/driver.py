@@ -38,7 +38,8 @@ def drive(sweep_id: str) -> int:
             callbacks=(TrialStateRecorder(settings.resolved_database_url, settings.resolved_tracking_uri,
                                           sweep_id, positions),),
             on_parent_run=lambda exp_id, run_id: store.update(
-                sweep_id, mlflow_experiment_id=exp_id, mlflow_parent_run_id=run_id))
+                sweep_id, mlflow_experiment_id=exp_id, mlflow_parent_run_id=run_id),
+            on_reused=lambda reused: _record_reused(store, sweep_id, positions, reused, spec.epochs))
     except KeyboardInterrupt:
         store.finish(sweep_id, "cancelled")
         return 0
@@ -52,6 +53,15 @@ def drive(sweep_id: str) -> int:
     else:
         store.finish(sweep_id, "succeeded")
     return 0
+
+
+def _record_reused(store: SweepStore, sweep_id: str, positions: dict, reused, epochs: int) -> None:
+    for trial in reused:
+        position = positions.get(grid_key(trial.point))
+        if position is not None and trial.point.get("phase", "grid") == "grid":
+            metrics = {k: v for k, v in trial.metrics.items() if k.endswith(("_loss", "_error", "_eval"))}
+            store.update_trial(sweep_id, position, state="reused", epoch=epochs, metrics=metrics,
+                               mlflow_run_id=trial.run_id)
 
 
 def _point(trial) -> dict:

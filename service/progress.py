@@ -61,6 +61,18 @@ class LiveProgress(tune.Callback):
                                   f"seed={cfg['seed']}  {detail}")
         self._status()
 
+    def reused(self, reused) -> None:
+        """Trials not trained because an identical one had finished (service.trial_cache)."""
+        self.progress.start()  # idempotent; the cache is consulted before Tune calls setup()
+        for trial in reused:
+            self.done += 1
+            self.progress.advance(self.trials)
+            self.progress.advance(self.epoch_task, self.epochs)
+            p = trial.point
+            self.progress.console.print(f"{time.strftime('%H:%M:%S')} [{self.done}/{self.total}] reused   "
+                                        f"{p['activation']:<9} lr={p['lr']:<7g} dropout={p['dropout']:<4g} "
+                                        f"seed={p['seed']}  from run {trial.source_run_id} (--rerun trains it again)")
+
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._finish(trial, "diverged" if (trial.last_result or {}).get("diverged") else "done")
 

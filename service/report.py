@@ -10,7 +10,7 @@ import pandas as pd
 from service.aggregate import SweepResults
 from service.paper_table import reported_rows, verdicts
 
-FORMATS = ("md", "csv", "json")
+FORMATS = ("md", "csv", "json", "html")
 SHOWN = ["activation", "dropout", "lr", "n_seeds", "train_loss", "train_loss_eval", "val_loss", "val_error",
          "test_loss", "test_error"]
 
@@ -40,26 +40,35 @@ def _value(metric: str, value: float | None) -> str:
     return f"{100 * value:.2f}%" if "error" in metric else f"{value:.4f}"
 
 
-def paper_terms_markdown(results: SweepResults) -> list[str]:
-    """The reported number per activation beside the paper's, and the verdicts on its claims."""
-    if not results.spec or not len(results.table):
-        return []
+def paper_terms_table(results: SweepResults) -> pd.DataFrame:
+    """The reported number per activation (and dropout) beside the paper's."""
     rows = reported_rows(results.runs, results.table, results.spec)
-    table = pd.DataFrame([{
+    return pd.DataFrame([{
         "activation": r.activation, "dropout": r.dropout, "chosen lr": f"{r.lr:g}", "metric": r.metric,
         "ours (median)": _value(r.metric, r.median),
         "95% interval": f"[{_value(r.metric, r.ci_low)}, {_value(r.metric, r.ci_high)}]",
         "seeds": r.n_seeds, "paper": _value(r.metric, r.paper)} for r in rows])
-    lines = ["## In the paper's terms", "", table.to_markdown(index=False), ""]
-    found = verdicts(rows)
-    if found:
-        lines += ["| claim (paper's order) | paper | ours (medians) | paired t-test p (seeds) | verdict |",
-                  "|:--|:--|:--|:--|:--|"]
-        for v in found:
-            p = f"{v.p_value:.3g} ({v.n_pairs})" if v.p_value is not None else f"– ({v.n_pairs})"
-            lines.append(f"| {v.claim} | {_value(v.claim, v.paper[0])} vs {_value(v.claim, v.paper[1])} | "
-                         f"{_value(v.claim, v.ours[0])} vs {_value(v.claim, v.ours[1])} | {p} | {v.verdict} |")
-        lines.append("")
+
+
+def verdicts_table(results: SweepResults) -> pd.DataFrame:
+    """One row per ordering the paper reports: ours, a paired t-test across seeds, the verdict."""
+    found = verdicts(reported_rows(results.runs, results.table, results.spec))
+    return pd.DataFrame([{
+        "claim (paper's order)": v.claim,
+        "paper": f"{_value(v.claim, v.paper[0])} vs {_value(v.claim, v.paper[1])}",
+        "ours (medians)": f"{_value(v.claim, v.ours[0])} vs {_value(v.claim, v.ours[1])}",
+        "paired t-test p (seeds)": (f"{v.p_value:.3g} ({v.n_pairs})" if v.p_value is not None else f"– ({v.n_pairs})"),
+        "verdict": v.verdict} for v in found])
+
+
+def paper_terms_markdown(results: SweepResults) -> list[str]:
+    """The reported number per activation beside the paper's, and the verdicts on its claims."""
+    if not results.spec or not len(results.table):
+        return []
+    lines = ["## In the paper's terms", "", paper_terms_table(results).to_markdown(index=False), ""]
+    found = verdicts_table(results)
+    if len(found):
+        lines += [found.to_markdown(index=False), ""]
     claims = results.spec.get("claims", [])
     if claims:
         lines += ["Claims of the paper for this experiment: " + " ".join(claims), ""]
@@ -107,8 +116,13 @@ def _finite(value):
     return value
 
 
-def render(results: SweepResults, fmt: str) -> str:
-    """The report in ``fmt`` (md, csv or json)."""
+def render(results: SweepResults, fmt: str, figures: dict[str, bytes] | None = None,
+           mlflow_ui_url: str | None = None) -> str:
+    """The report in ``fmt`` (md, csv, json, or html with ``figures`` and links into the MLflow UI)."""
+    if fmt == "html":
+        from service.html_report import to_html
+
+        return to_html(results, figures or {}, mlflow_ui_url)
     if fmt == "md":
         return to_markdown(results)
     if fmt == "csv":

@@ -15,7 +15,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, rela
 
 SWEEP_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-TRIAL_STATES = ("pending", "running", "succeeded", "diverged", "failed", "cancelled")
+# reused: an identical trial had finished before; its MLflow run was copied (service.trial_cache)
+TRIAL_STATES = ("pending", "running", "succeeded", "reused", "diverged", "failed", "cancelled")
 
 
 def utcnow() -> dt.datetime:

@@ -12,7 +12,7 @@ from service.settings import Settings
 from service.store import TERMINAL_STATES, DuplicateIdempotencyKey, SweepRecord, SweepStore
 from service.sweeps import new_sweep_id
 
-FINISHED_TRIAL_STATES = ("succeeded", "diverged", "failed")
+FINISHED_TRIAL_STATES = ("succeeded", "reused", "diverged", "failed")
 
 
 class SubmissionError(Exception):
@@ -41,7 +41,8 @@ def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: Swe
         if first is not None:
             return first, True
     try:
-        spec = load_spec(body.experiment, quick=body.quick, overrides=body.overrides)
+        spec = load_spec(body.experiment, quick=body.quick,
+                         overrides={**body.overrides, **({"execution.rerun": True} if body.rerun else {})})
     except SpecError as exc:
         raise SubmissionError(422, _spec_errors(exc)) from None
     if spec.trial_count > settings.max_trials_per_sweep:

@@ -12,6 +12,9 @@ from ray import tune
 
 from search_spaces import SweepSpec
 from service.aggregate import sweep_results
+from service.figures import log_figures
+from service.provenance import code_version, hardware
+from service.trial_cache import Reused, reuse_finished, trial_key
 from service.settings import Settings
 from workers.datasets import Splits, load_dataset
 from workers.tracking import MLflowTrialLogger, experiment_id, flatten, start_parent_run
@@ -25,6 +28,7 @@ class SweepOutcome:
     experiment_id: str
     trials: int
     errors: int
+    reused: int = 0  # finished trials taken from earlier sweeps (service.trial_cache)
 
 
 def new_sweep_id() -> str:
@@ -72,10 +76,13 @@ def lr_search(spec: SweepSpec, activation: str, dropout: float) -> tuple:
 
 def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = None, sweep_id: str | None = None,
               quick: bool = False, name: str | None = None, callbacks: tuple[tune.Callback, ...] = (),
-              on_parent_run: Callable[[str, str], None] | None = None) -> SweepOutcome:
+              on_parent_run: Callable[[str, str], None] | None = None,
+              on_reused: Callable[[list[Reused]], None] | None = None) -> SweepOutcome:
     """Run every trial of ``spec`` on Ray Tune and log them to MLflow; blocks until done.
 
-    ``on_parent_run(experiment_id, parent_run_id)`` is called once the MLflow parent run exists.
+    ``on_parent_run(experiment_id, parent_run_id)`` is called once the MLflow parent run exists;
+    ``on_reused(reused)`` with the trials taken from the cache of finished trials (none with
+    ``execution.rerun``).
     """
     sweep_id = sweep_id or new_sweep_id()
     splits = splits or load_splits(spec, settings)  # a missing dataset fails before anything is created
@@ -86,7 +93,8 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     exp_id = experiment_id(client, mlflow_experiment_name(spec), settings.artifact_root if local_store else None)
     sweep_tags = {"sweep_id": sweep_id, "experiment": spec.name}
     parent_tags = {**sweep_tags, "quick": str(quick).lower(), "data_source": splits.source,
-                   "select_lr_by": spec.protocol.select_lr_by, "headline_metric": spec.protocol.headline_metric}
+                   "select_lr_by": spec.protocol.select_lr_by, "headline_metric": spec.protocol.headline_metric,
+                   "code_version": code_version(), "hardware": hardware()}
     params = {**flatten(spec.trial_base()), "trials": spec.trial_count, **{f"data.{k}": v for k, v in splits.sizes().items()}}
     parent_run_id = start_parent_run(client, exp_id, name or f"{spec.name}-{sweep_id}", parent_tags, params,
                                      spec.model_dump(mode="json"))
@@ -99,7 +107,30 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     resources = {"cpu": spec.execution.cpus_per_trial, "gpu": spec.execution.gpus_per_trial}
     logger = MLflowTrialLogger(settings.resolved_tracking_uri, exp_id, parent_run_id, sweep_tags)
 
+    reused_count = 0
+
+    def with_cache(points: list[dict], phase: str, data: Splits) -> list[dict]:
+        """The points still to train; the others' runs are copied from the trials that trained them."""
+        nonlocal reused_count
+        identity = {"dataset": spec.dataset, "val_size": spec.val_size, "train_subset": spec.train_subset,
+                    "data_options": spec.data_options.model_dump(), "sizes": data.sizes(), "phase": phase}
+        points = [{**p, "trial_key": trial_key(spec.trial_base(), p, identity)} for p in points]
+        if spec.execution.rerun:
+            return points
+        to_train, reused = reuse_finished(client, points, exp_id, parent_run_id, {**sweep_tags, "phase": phase})
+        reused_count += len(reused)
+        for r in reused:
+            r.point["phase"] = phase
+        if reused and on_reused:
+            on_reused(reused)
+        return to_train
+
     def fit(points, phase: str, data: Splits, name: str, search_alg=None, num_samples: int = 1):
+        if isinstance(points, list):  # a grid: each point once, unless the cache has it already
+            points = with_cache(points, phase, data)
+            if not points:
+                return 0, 0
+            points = tune.grid_search(points)
         trainable = tune.with_resources(tune.with_parameters(run_trial, splits=data), resources)
         tuner = tune.Tuner(
             trainable,
@@ -121,17 +152,18 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
                 n, failed = fit(point, "grid", splits, f"{activation}-{dropout:g}", searcher, samples)
                 trials, errors = trials + n, errors + failed
         else:
-            trials, errors = fit(tune.grid_search(spec.grid_points()), "grid", splits, "grid")
+            trials, errors = fit(spec.grid_points(), "grid", splits, "grid")
         if spec.protocol.retrain_on_full and not errors:
             # GELU paper §3.5: the lr chosen on validation, then trained again on all the training data
             chosen = sweep_results(settings.resolved_tracking_uri, sweep_id).table
             chosen = chosen[chosen["lr_chosen"]]
             points = [{"activation": r.activation, "dropout": r.dropout, "lr": r.lr, "seed": seed}
                       for r in chosen.itertuples() for seed in spec.seed_list]
-            n, failed = fit(tune.grid_search(points), "retrain", splits.with_validation_in_training(), "retrain")
+            n, failed = fit(points, "retrain", splits.with_validation_in_training(), "retrain")
             trials, errors = trials + n, errors + failed
     except BaseException:
         client.set_terminated(parent_run_id, "KILLED")
         raise
+    log_figures(sweep_results(settings.resolved_tracking_uri, sweep_id), settings.resolved_tracking_uri)
     client.set_terminated(parent_run_id, "FINISHED" if not errors else "FAILED")
-    return SweepOutcome(sweep_id, parent_run_id, exp_id, trials, errors)
+    return SweepOutcome(sweep_id, parent_run_id, exp_id, trials, errors, reused_count)

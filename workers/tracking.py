@@ -81,9 +81,11 @@ class MLflowTrialLogger(PicklableCallback):
         cfg = trial_settings(trial.config)
         tags = {**self.sweep_tags, "mlflow.parentRunId": self.parent_run_id, "role": "trial",
                 "phase": cfg.get("phase", "grid"), "trial_id": trial.trial_id, **{k: str(cfg[k]) for k in GRID_TAGS}}
+        if "trial_key" in cfg:  # service.trial_cache finds finished trials by it
+            tags["trial_key"] = cfg["trial_key"]
         name = f"{cfg['activation']}-lr{cfg['lr']:g}-do{cfg['dropout']:g}-s{cfg['seed']}"
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
-        params = [Param(k, str(v)) for k, v in flatten({k: v for k, v in cfg.items() if k != "point"}).items()]
+        params = [Param(k, str(v)) for k, v in flatten({k: v for k, v in cfg.items() if k not in ("point", "trial_key")}).items()]
         self.client.log_batch(run.info.run_id, params=params)
         self.run_ids[trial.trial_id] = run.info.run_id
 

@@ -19,11 +19,13 @@ class SweepCreate(BaseModel):
     quick: bool = False
     overrides: dict[str, Any] = Field(default_factory=dict, description="spec fields by name, as `--set`")
     name: str | None = Field(default=None, max_length=200)
+    rerun: bool = Field(default=False, description="train every trial even where an identical one already "
+                                                   "finished (otherwise its run is reused and the trial says so)")
 
 
 class Progress(BaseModel):
     trials_total: int
-    trials_done: int  # succeeded, diverged or failed
+    trials_done: int  # succeeded, reused, diverged or failed
     trial_epochs_done: int
     trial_epochs_total: int
     fraction: float

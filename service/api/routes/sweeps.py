@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Response, status
-from fastapi.responses import PlainTextResponse
+from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
+from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from service.aggregate import SweepNotFound, sweep_results
 from service.api.deps import get_jobs, get_settings, get_store, require_token
 from service.api.schemas import SweepCreate, SweepDetail, SweepPage, SweepPublic
 from service.jobs import RayJobs
+from service.figures import stored_figures
 from service.report import render, to_json
 from service.settings import Settings
 from service.store import SWEEP_STATES, SweepStore
@@ -50,15 +51,39 @@ def delete_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: Ra
     return to_public(cancel_sweep(store, jobs, settings, sweep_id), settings)
 
 
+def _results(store: SweepStore, settings: Settings, sweep_id: str):
+    get_sweep(store, sweep_id)
+    try:
+        return sweep_results(settings.resolved_tracking_uri, sweep_id)
+    except SweepNotFound:
+        raise SubmissionError(404, f"sweep {sweep_id} has no runs in MLflow yet") from None
+
+
 @router.get("/{sweep_id}/results")
 def read_results(sweep_id: str, format: Literal["json", "md", "csv"] = "json",
                  store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
-    get_sweep(store, sweep_id)
-    try:
-        results = sweep_results(settings.resolved_tracking_uri, sweep_id)
-    except SweepNotFound:
-        raise SubmissionError(404, f"sweep {sweep_id} has no runs in MLflow yet") from None
+    results = _results(store, settings, sweep_id)
     if format == "json":
         return to_json(results)
     media = "text/markdown" if format == "md" else "text/csv"
     return PlainTextResponse(render(results, format), media_type=media)
+
+
+@router.get("/{sweep_id}/report", response_class=HTMLResponse)
+def read_report(sweep_id: str, store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
+    """The sweep's HTML report: tables, figures, spec, code version, hardware, MLflow links."""
+    results = _results(store, settings, sweep_id)
+    figures = stored_figures(results, settings.resolved_tracking_uri)
+    return HTMLResponse(render(results, "html", figures, settings.resolved_mlflow_ui_url))
+
+
+@router.get("/{sweep_id}/figures/{name}.png", response_class=Response,
+            responses={200: {"content": {"image/png": {}}}})
+def read_figure(sweep_id: str, name: str = Path(pattern=r"^[a-z0-9_]{1,64}$"), store: SweepStore = Depends(get_store),
+                settings: Settings = Depends(get_settings)):
+    """One figure of the sweep (``curves_<metric>``, ``robustness``, ``unit_activation``) as PNG."""
+    figures = stored_figures(_results(store, settings, sweep_id), settings.resolved_tracking_uri)
+    if f"{name}.png" not in figures:
+        raise SubmissionError(404, f"name: sweep {sweep_id} has no figure {name!r}; it has: "
+                                   f"{', '.join(sorted(n.removesuffix('.png') for n in figures)) or 'none yet'}")
+    return Response(figures[f"{name}.png"], media_type="image/png")

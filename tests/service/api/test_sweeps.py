@@ -2,12 +2,15 @@
 metrics in a real MLflow store."""
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.browser import load_in_chromium
 from tests.service.api.conftest import TINY, ApiServer, api_env, finished, wait_for
 
 
@@ -21,16 +24,21 @@ def _runs(server: ApiServer, sweep_id: str) -> list:
     return client.search_runs(experiments, f"tags.sweep_id = '{sweep_id}'")
 
 
-def test_submit_poll_to_succeeded_and_fetch_results(server):
+@pytest.fixture(scope="module")
+def tiny_sweep(server) -> tuple[dict, dict]:
+    """A TINY sweep submitted over HTTP: (the 202 response body, its record once finished)."""
     with server.client() as client:
         created = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
                                                "overrides": TINY, "name": "tiny"})
         assert created.status_code == 202, created.text
-        sweep = created.json()
-        assert sweep["state"] == "queued" and sweep["progress"]["trials_total"] == 4
-        assert created.headers["location"] == f"/sweeps/{sweep['id']}"
+        assert created.headers["location"] == f"/sweeps/{created.json()['id']}"
+        return created.json(), wait_for(client, created.json()["id"], finished)
 
-        done = wait_for(client, sweep["id"], finished)
+
+def test_submit_poll_to_succeeded_and_fetch_results(server, tiny_sweep):
+    sweep, done = tiny_sweep
+    with server.client() as client:
+        assert sweep["state"] == "queued" and sweep["progress"]["trials_total"] == 4
         assert done["state"] == "succeeded", done["error"]
         assert done["progress"]["fraction"] == 1.0 and done["progress"]["trials_done"] == 4
         assert [(t["activation"], t["seed"], t["state"]) for t in done["trials"]] == [
@@ -56,17 +64,47 @@ def test_submit_poll_to_succeeded_and_fetch_results(server):
         assert client.delete(f"/sweeps/{sweep['id']}").status_code == 409  # already finished
 
 
-def test_repeated_idempotency_key_returns_the_first_sweep(server):
-    body = {"experiment": "mnist_classification", "quick": True, "overrides": TINY}
+def test_figures_are_served_as_png(server, tiny_sweep):
+    sweep_id = tiny_sweep[0]["id"]
+    with server.client() as client:
+        figure = client.get(f"/sweeps/{sweep_id}/figures/curves_train_loss_eval.png")
+        assert figure.status_code == 200 and figure.headers["content-type"] == "image/png"
+        assert figure.content.startswith(b"\x89PNG") and len(figure.content) > 5_000
+        missing = client.get(f"/sweeps/{sweep_id}/figures/robustness.png")  # no noise levels in this spec
+        assert missing.status_code == 404 and "curves_val_loss" in missing.json()["detail"]
+
+
+def test_html_report_loads_in_headless_chromium(server, tiny_sweep, tmp_path):
+    """The report as a browser shows it, over real HTTP: every figure decoded, a screenshot saved."""
+    sweep_id = tiny_sweep[0]["id"]
+    url = f"{server.url}/sweeps/{sweep_id}/report"
+    page = httpx.get(url, timeout=60)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    for expected in (f"sweep {sweep_id}", "code version", "git ", "hardware", "In the paper's terms",
+                     "mnist_classification", "model:", "/runs/"):
+        assert expected in page.text, expected
+    dom, screenshot = load_in_chromium(url, tmp_path)
+    images = re.findall(r"<img[^>]*>", dom)
+    assert len(images) == 2  # curves of train_loss_eval (the headline) and val_loss
+    assert all('data-loaded="yes"' in image for image in images), images
+    assert screenshot.stat().st_size > 20_000
+
+
+def test_repeated_idempotency_key_returns_the_first_sweep_and_finished_trials_are_reused(server, tiny_sweep):
+    body = {"experiment": "mnist_classification", "quick": True, "overrides": TINY}  # tiny_sweep trained these
     with server.client() as client:
         first = client.post("/sweeps", json=body, headers={"Idempotency-Key": "key-1"})
         again = client.post("/sweeps", json={**body, "name": "another"}, headers={"Idempotency-Key": "key-1"})
-        other = client.post("/sweeps", json=body, headers={"Idempotency-Key": "key-2"})
+        other = client.post("/sweeps", json={**body, "rerun": True}, headers={"Idempotency-Key": "key-2"})
         assert first.status_code == again.status_code == 202
         assert again.json()["id"] == first.json()["id"] and again.headers["idempotent-replayed"] == "true"
         assert other.json()["id"] != first.json()["id"]
-        for sweep_id in (first.json()["id"], other.json()["id"]):
-            assert wait_for(client, sweep_id, finished)["state"] == "succeeded"
+        reused, rerun = (wait_for(client, r.json()["id"], finished) for r in (first, other))
+        assert reused["state"] == rerun["state"] == "succeeded"
+        assert {t["state"] for t in reused["trials"]} == {"reused"} and reused["progress"]["fraction"] == 1.0
+        assert {t["state"] for t in rerun["trials"]} == {"succeeded"}
+        trained = {(t["activation"], t["seed"]): t["metrics"]["val_loss"] for t in tiny_sweep[1]["trials"]}
+        assert {(t["activation"], t["seed"]): t["metrics"]["val_loss"] for t in reused["trials"]} == trained
     assert len([r for r in _runs(server, first.json()["id"]) if r.data.tags["role"] == "sweep"]) == 1
 
 
