@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationInfo,
+                      field_validator)
 
 from workers.activations import ACTIVATIONS
 from workers.datasets import DATASETS
+from workers.fused import FUSABLE_KINDS
 from workers.models import MODEL_KINDS
 
 ActivationName = Literal[ACTIVATIONS]  # type: ignore[valid-type]
@@ -79,7 +81,11 @@ class Protocol(StrictModel):
 
 
 class Execution(StrictModel):
-    cpus_per_trial: PositiveFloat = 1.0
+    # per_trial: one Tune trial per grid point. fused: grid points packed pack_size at a time into
+    # one Tune trial that trains them as one batched model (workers.fused); each stays its own run.
+    mode: Literal["per_trial", "fused"] = "per_trial"
+    pack_size: Annotated[int, Field(ge=1, le=256)] = 12  # grid points per fused pack
+    cpus_per_trial: PositiveFloat = 1.0  # per Tune trial: a grid point, or a whole fused pack
     gpus_per_trial: NonNegativeFloat = 0.0  # fractions let several trials share one GPU
     max_concurrent_trials: PositiveInt | None = None
     rerun: bool = False  # train every trial, even one whose identical twin already finished (the trial cache)
@@ -159,6 +165,21 @@ class SweepSpec(StrictModel):
     claims: list[str] = []
     paper_numbers: list[PaperNumber] = []
     execution: Execution = Execution()
+
+    @field_validator("execution")
+    @classmethod
+    def _fused_needs_a_fusable_grid(cls, value: Execution, info: ValidationInfo) -> Execution:
+        model, augment = info.data.get("model"), info.data.get("augment")
+        if value.mode != "fused" or model is None:
+            return value
+        if model.kind not in FUSABLE_KINDS:
+            raise ValueError(f"mode fused takes model.kind {' or '.join(FUSABLE_KINDS)}, not {model.kind!r}; "
+                             f"use mode per_trial")
+        if augment is not None and (augment.crop_padding or augment.flip):
+            raise ValueError("mode fused takes no augment; use mode per_trial")
+        if info.data.get("search") is not None:
+            raise ValueError("mode fused takes a grid; an lr search (search:) runs per_trial")
+        return value
 
     @field_validator("activation", "lr", "dropout", mode="before")
     @classmethod

@@ -90,6 +90,13 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from bench.speed import main as bench
+
+    bench([a for i, a in enumerate(args.bench_args) if not (i == 0 and a == "--")])
+    return 0
+
+
 def cmd_serve(args) -> int:
     import uvicorn
 
@@ -123,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", choices=FORMATS, default="md")
     report.add_argument("--out", metavar="DIR", help="write the report into DIR instead of printing it")
     report.set_defaults(handler=cmd_report)
+    bench = commands.add_parser("bench", add_help=False,
+                                help="plain PyTorch vs per-trial vs fused, on the paper's MNIST classifier")
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="see `actsweep bench --help`")
+    bench.set_defaults(handler=cmd_bench)
     serve = commands.add_parser("serve", help="the REST service (sweeps run as Ray jobs)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
@@ -133,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``actsweep`` console script; exit code 2 for bad input."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # its options are the benchmark's own (argparse's REMAINDER drops leading options)
+        argv = ["bench", "--", *argv[1:]]
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)

@@ -18,7 +18,7 @@ from service.trial_cache import Reused, reuse_finished, trial_key
 from service.settings import Settings
 from workers.datasets import Splits, load_dataset
 from workers.tracking import MLflowTrialLogger, experiment_id, flatten, start_parent_run
-from workers.trainable import run_trial
+from workers.trainable import members, run_trial
 
 
 @dataclass
@@ -72,6 +72,15 @@ def lr_search(spec: SweepSpec, activation: str, dropout: float) -> tuple:
     point = {"activation": activation, "dropout": dropout, "lr": lr}
     searcher = Repeater(OptunaSearch(metric=search.metric, mode="min", seed=search.seed), repeat=len(spec.seed_list))
     return point, searcher, search.num_samples * len(spec.seed_list)
+
+
+def fused_packs(points: list[dict], pack_size: int) -> list[dict]:
+    """Grid points in packs of at most ``pack_size``, sorted by activation so that members sharing
+    one are contiguous (one activation call per run of them), and packs balanced in size."""
+    ordered = sorted(points, key=lambda p: (p["activation"], p["dropout"], p["lr"], p["seed"]))
+    count = -(-len(ordered) // pack_size)
+    size = -(-len(ordered) // count)
+    return [{"pack": ordered[i:i + size]} for i in range(0, len(ordered), size)]
 
 
 def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = None, sweep_id: str | None = None,
@@ -130,6 +139,8 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
             points = with_cache(points, phase, data)
             if not points:
                 return 0, 0
+            if spec.execution.mode == "fused":
+                points = fused_packs(points, spec.execution.pack_size)
             points = tune.grid_search(points)
         trainable = tune.with_resources(tune.with_parameters(run_trial, splits=data), resources)
         tuner = tune.Tuner(
@@ -142,7 +153,8 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
                                       callbacks=[logger, *callbacks], verbose=0),
         )
         found = tuner.fit()
-        return len(found), len(found.errors)
+        sizes = [(len(members(result.config)), result.error is not None) for result in found]  # grid points
+        return sum(n for n, _ in sizes), sum(n for n, failed in sizes if failed)
 
     try:
         if spec.search:

@@ -11,7 +11,8 @@ from mlflow.tracking import MlflowClient
 from service.aggregate import search_runs
 from service.store import SweepStore
 from workers.tracking import PicklableCallback
-from workers.trainable import trial_settings
+from workers.tracking import member_trial_id
+from workers.trainable import member_results, members
 
 
 def grid_key(point: dict) -> tuple:
@@ -28,33 +29,44 @@ class TrialStateRecorder(PicklableCallback):
         self.tracking_uri = tracking_uri
         self.sweep_id = sweep_id
         self.positions = positions
+        self.diverged: set[str] = set()
 
     @cached_property
     def store(self) -> SweepStore:
         return SweepStore(self.database_url)
 
-    def _mlflow_run_id(self, trial) -> str | None:
-        # MLflowTrialLogger runs before this callback and has created the trial's run
-        runs = search_runs(MlflowClient(self.tracking_uri),
-                           f"tags.sweep_id = '{self.sweep_id}' and tags.trial_id = '{trial.trial_id}'")
+    def _mlflow_run_id(self, trial, index: int) -> str | None:
+        # MLflowTrialLogger runs before this callback and has created the trial's runs
+        runs = search_runs(MlflowClient(self.tracking_uri), f"tags.sweep_id = '{self.sweep_id}' and "
+                                                            f"tags.trial_id = '{member_trial_id(trial, index)}'")
         return runs[0].info.run_id if runs else None
 
-    def _update(self, trial, **fields):
-        key = grid_key(trial_settings(trial.config))
+    def _update(self, trial, index: int, **fields):
+        cfg = members(trial.config)[index]
+        key = grid_key(cfg)
         # retraining runs, and the trials of an lr search, are in MLflow but not in the grid's list
-        if trial.config.get("phase", "grid") != "grid" or key not in self.positions:
+        if cfg.get("phase", "grid") != "grid" or key not in self.positions:
             return
         self.store.update_trial(self.sweep_id, self.positions[key], **fields)
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self._update(trial, state="running", mlflow_run_id=self._mlflow_run_id(trial))
+        for index in range(len(members(trial.config))):
+            self._update(trial, index, state="running", mlflow_run_id=self._mlflow_run_id(trial, index))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        metrics = {k: v for k, v in result.items() if k.endswith(("_loss", "_error", "_eval")) or k == "diverged"}
-        self._update(trial, epoch=int(result["epoch"]), metrics=metrics)
+        for index, values in member_results(result):
+            metrics = {k: v for k, v in values.items() if k.endswith(("_loss", "_error", "_eval")) or k == "diverged"}
+            diverged = bool(values.get("diverged"))
+            if diverged:  # a pack member stops there while its pack-mates go on
+                self.diverged.add(member_trial_id(trial, index))
+            self._update(trial, index, epoch=int(values["epoch"]), metrics=metrics,
+                         **({"state": "diverged"} if diverged else {}))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._update(trial, state="diverged" if (trial.last_result or {}).get("diverged") else "succeeded")
+        for index in range(len(members(trial.config))):
+            if member_trial_id(trial, index) not in self.diverged:
+                self._update(trial, index, state="succeeded")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._update(trial, state="failed")
+        for index in range(len(members(trial.config))):
+            self._update(trial, index, state="failed")

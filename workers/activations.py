@@ -48,17 +48,45 @@ def lalu(x: Tensor) -> Tensor:
     return x * laplace_cdf
 
 
-def soi_map(x: Tensor, training: bool, generator: torch.Generator | None = None) -> Tensor:
+def uniform(shape, device, generator: torch.Generator | None = None, out: Tensor | None = None) -> Tensor:
+    """U[0, 1) noise: the one source of a trial's dropout and SOI masks (see dropout_noise)."""
+    if out is not None:
+        return torch.rand(shape, generator=generator, out=out)
+    return torch.rand(shape, device=device, generator=generator)
+
+
+def soi_map(x: Tensor, training: bool, generator: torch.Generator | None = None, u: Tensor | None = None) -> Tensor:
     """The stochastic 0-I map: m·x with m ~ Bernoulli(Φ(x)) in training, x·Φ(x) at test time.
 
-    The mask is sampled without gradient (it is a sample, not a function of x), so the
-    gradient in training flows through the identity branch where m = 1, as with dropout.
+    m = [u < Φ(x)] for u ~ U[0, 1) (drawn here, or given as ``u``). The mask is a sample, not a
+    function of x, so the gradient in training flows through the identity branch where m = 1,
+    as with dropout.
     """
     if not training:
         return gelu(x)
     with torch.no_grad():
-        mask = torch.bernoulli(normal_cdf(x), generator=generator)
+        mask = (uniform(x.shape, x.device, generator) if u is None else u) < normal_cdf(x)
     return mask * x
+
+
+def dropout_noise(shape, p: float, device, generator: torch.Generator | None = None) -> Tensor:
+    """Inverted-dropout noise: 1/(1 − p) with probability 1 − p, else 0, as [u < 1 − p] for
+    u ~ U[0, 1) from ``generator`` (the global one if None).
+
+    Written out rather than left to ``F.dropout`` so that a trial's masks come from one explicit
+    stream of uniforms on every device, which a fused pack member (workers.fused) draws alike
+    (and uniforms are about 4× faster to draw on a CPU than ``bernoulli_``).
+    """
+    return torch.where(uniform(shape, device, generator) < 1.0 - p, 1.0 / (1.0 - p), 0.0)
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` with its noise from :func:`dropout_noise`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0:
+            return x
+        return x * dropout_noise(x.shape, self.p, x.device)
 
 
 _DETERMINISTIC: dict[str, Callable[[Tensor], Tensor]] = {

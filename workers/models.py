@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from workers.activations import make_activation
+from workers.activations import Dropout, make_activation
 from workers.init import INITS
 
 
@@ -31,7 +31,7 @@ class MLP(nn.Module):
         for fan_in, fan_out in zip(dims[:-1], dims[1:]):
             layers += [nn.Linear(fan_in, fan_out), make_activation(activation)]
             if dropout > 0:
-                layers.append(nn.Dropout(dropout))
+                layers.append(Dropout(dropout))
         layers.append(nn.Linear(dims[-1], n_classes))
         self.net = nn.Sequential(*layers)
         _init(self.net, init)
@@ -56,7 +56,7 @@ class Autoencoder(nn.Module):
             if i not in (code, len(dims) - 1):
                 layers.append(make_activation(activation))
                 if dropout > 0:
-                    layers.append(nn.Dropout(dropout))
+                    layers.append(Dropout(dropout))
         self.net = nn.Sequential(*layers)
         _init(self.net, init)
 

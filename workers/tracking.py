@@ -15,7 +15,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from workers.trainable import trial_settings
+from workers.trainable import member_results, members
 
 # What Tune adds to every result; everything else numeric that a trial reports is a metric.
 TUNE_KEYS = frozenset({"epoch", "timestamp", "training_iteration", "time_this_iter_s", "time_total_s", "pid",
@@ -57,8 +57,14 @@ class PicklableCallback(tune.Callback):
         return {k: v for k, v in self.__dict__.items() if k not in self.transient}
 
 
+def member_trial_id(trial, index: int) -> str:
+    """The id a grid point's run is tagged with: the Tune trial id, or ``<pack trial id>/<member>``."""
+    return f"{trial.trial_id}/{index}" if "pack" in trial.config.get("point", {}) else trial.trial_id
+
+
 class MLflowTrialLogger(PicklableCallback):
-    """Creates each trial's child run on start and logs its metrics after every epoch."""
+    """Creates each grid point's child run on start and logs its metrics after every epoch
+    (one ``log_batch`` per run and epoch). A fused pack's members get a run each."""
 
     transient = ("client",)
 
@@ -67,7 +73,7 @@ class MLflowTrialLogger(PicklableCallback):
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
         self.sweep_tags = sweep_tags
-        self.run_ids: dict[str, str] = {}  # Tune trial id → MLflow run id
+        self.run_ids: dict[str, list[str]] = {}  # Tune trial id → MLflow run id of each member
         self.ended: set[str] = set()
 
     @cached_property
@@ -75,27 +81,34 @@ class MLflowTrialLogger(PicklableCallback):
         return MlflowClient(self.tracking_uri)
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        if trial.trial_id in self.run_ids:  # a retried trial keeps its run
+        if trial.trial_id in self.run_ids:  # a retried trial keeps its runs
             self.ended.discard(trial.trial_id)
             return
-        cfg = trial_settings(trial.config)
+        configs = members(trial.config)
+        self.run_ids[trial.trial_id] = [self._create_run(trial, i, cfg, len(configs)) for i, cfg in enumerate(configs)]
+
+    def _create_run(self, trial, index: int, cfg: dict, pack_size: int) -> str:
         tags = {**self.sweep_tags, "mlflow.parentRunId": self.parent_run_id, "role": "trial",
-                "phase": cfg.get("phase", "grid"), "trial_id": trial.trial_id, **{k: str(cfg[k]) for k in GRID_TAGS}}
+                "phase": cfg.get("phase", "grid"), "trial_id": member_trial_id(trial, index),
+                **{k: str(cfg[k]) for k in GRID_TAGS}}
+        if "pack" in trial.config.get("point", {}):
+            tags.update({"execution": "fused", "pack_id": trial.trial_id, "pack_size": str(pack_size)})
         if "trial_key" in cfg:  # service.trial_cache finds finished trials by it
             tags["trial_key"] = cfg["trial_key"]
         name = f"{cfg['activation']}-lr{cfg['lr']:g}-do{cfg['dropout']:g}-s{cfg['seed']}"
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         params = [Param(k, str(v)) for k, v in flatten({k: v for k, v in cfg.items() if k not in ("point", "trial_key")}).items()]
         self.client.log_batch(run.info.run_id, params=params)
-        self.run_ids[trial.trial_id] = run.info.run_id
+        return run.info.run_id
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        now, step = _now_ms(), int(result["epoch"])
-        metrics = [Metric(k, float(v), now, step) for k, v in result.items()
-                   if k not in TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)]
-        self.client.log_batch(self.run_ids[trial.trial_id], metrics=metrics)
-        if result.get("diverged"):
-            self.client.set_tag(self.run_ids[trial.trial_id], "diverged", "true")
+        now = _now_ms()
+        for index, values in member_results(result):
+            run_id, step = self.run_ids[trial.trial_id][index], int(values["epoch"])
+            metrics = [Metric(k, float(v), now, step) for k, v in values.items()
+                       if k not in TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)]
+            self.client.log_batch(run_id, metrics=metrics,
+                                  tags=[RunTag("diverged", "true")] if values.get("diverged") else [])
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._end(trial, "FINISHED")
@@ -109,7 +122,8 @@ class MLflowTrialLogger(PicklableCallback):
 
     def _end(self, trial, status: str):
         if trial.trial_id in self.run_ids and trial.trial_id not in self.ended:
-            self.client.set_terminated(self.run_ids[trial.trial_id], status)
+            for run_id in self.run_ids[trial.trial_id]:
+                self.client.set_terminated(run_id, status)
             self.ended.add(trial.trial_id)
 
 

@@ -203,19 +203,20 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
             stats = median_unit_activations(model, train_x[:STATS_EXAMPLES])
             metrics.update({f"median_unit_activation_{i}": v for i, v in enumerate(stats, start=1)})
         if epoch == cfg.epochs:
-            metrics.update(noise_robustness(model, test_x, test_y, cfg.eval_noise, cfg.seed))
+            metrics.update(noise_robustness(model, test_x, test_y, cfg.eval_noise, cfg.seed, cfg.task))
         metrics["diverged"] = 0
         metrics["epoch_seconds"] = time.perf_counter() - started
         yield metrics
 
 
 @torch.no_grad()
-def noise_robustness(model: nn.Module, x: Tensor, y: Tensor, levels, seed: int) -> dict[str, float]:
+def noise_robustness(model: nn.Module, x: Tensor, y: Tensor, levels, seed: int,
+                     task: str = "classify") -> dict[str, float]:
     """GELU paper §3.1, Fig. 3: test loss and error on x + Unif[−a, a] noise, for each a."""
     generator = torch.Generator().manual_seed(10_000 + seed)
     found = {}
     for a in levels:
         noise = (torch.rand(x.shape, generator=generator) * 2 - 1).to(x.device) * a
-        loss, error = evaluate(model, x + noise, y)
+        loss, error = evaluate(model, x + noise, y, task)
         found[f"test_loss_noise_{a:.2f}"], found[f"test_error_noise_{a:.2f}"] = loss, error
     return found

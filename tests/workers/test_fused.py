@@ -1,0 +1,100 @@
+"""Fused packs against the same configs trained alone (workers.train), on the real digits data."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from workers.datasets import load_dataset
+from workers.fused import fusable, train_pack
+from workers.train import TrialConfig, train_epochs
+
+MLP = {"kind": "mlp", "depth": 3, "width": 48, "init": "unit_norm_rows"}
+AUTOENCODER = {"kind": "autoencoder", "hidden": [32, 8], "init": "torch_default"}
+COMPARED = ("train_loss", "train_loss_eval", "val_loss", "val_error", "test_loss", "test_error")
+# Same data order and masks by construction; what differs is the summation order inside the
+# batched matmuls (and Adam's update written out), so losses agree to about 1e-7 relative after
+# 3 epochs (measured: 2e-7 at most). A mismatched mask or data order moves them by 1e-2 or more.
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits", Path("unused"), download=False, val_size=200)
+
+
+def _alone(cfg: TrialConfig, splits) -> list[dict]:
+    return list(train_epochs(cfg, splits))
+
+
+def _members(cfgs: list[TrialConfig], splits) -> list[list[dict]]:
+    histories: list[list[dict]] = [[] for _ in cfgs]
+    for report in train_pack(cfgs, splits):
+        for history, metrics in zip(histories, report):
+            if metrics is not None:
+                history.append(metrics)
+    return histories
+
+
+def _assert_same(pack: list[dict], alone: list[dict], label: str) -> None:
+    assert len(pack) == len(alone), label
+    for mine, theirs in zip(pack, alone):
+        for key in COMPARED:
+            assert mine[key] == pytest.approx(theirs[key], rel=RTOL, abs=ATOL), f"{label} epoch {mine['epoch']} {key}"
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_each_member_follows_its_trajectory_alone(digits, optimizer):
+    """gelu, relu, elu and soi, with and without dropout, different lrs and seeds, in one pack."""
+    base = TrialConfig(activation="gelu", lr=1e-3, dropout=0.0, seed=0, epochs=3, batch_size=64, model=MLP,
+                       optimizer=optimizer, momentum=0.9 if optimizer == "sgd" else 0.0,
+                       nesterov=optimizer == "sgd")
+    lr = 1e-3 if optimizer == "adam" else 0.05
+    cfgs = [replace(base, activation=a, dropout=d, seed=s, lr=lr * f)
+            for a, d, s, f in [("elu", 0.0, 1, 1.0), ("elu", 0.5, 2, 0.5), ("gelu", 0.0, 3, 1.0), ("gelu", 0.5, 4, 2.0),
+                               ("relu", 0.0, 5, 1.0), ("relu", 0.5, 6, 0.5), ("soi", 0.0, 7, 1.0), ("soi", 0.0, 8, 0.5)]]
+    for cfg, history in zip(cfgs, _members(cfgs, digits)):
+        _assert_same(history, _alone(cfg, digits), f"{cfg.activation} dropout {cfg.dropout} seed {cfg.seed}")
+
+
+def test_a_reconstructing_pack_matches_too(digits):
+    base = TrialConfig(activation="elu", lr=1e-3, dropout=0.0, seed=0, epochs=2, batch_size=64, model=AUTOENCODER,
+                       task="reconstruct", eval_noise=(0.0, 0.5), activation_stats=True)
+    cfgs = [replace(base, activation="elu", seed=1), replace(base, activation="gelu", seed=2, dropout=0.25)]
+    for cfg, history in zip(cfgs, _members(cfgs, digits)):
+        alone = _alone(cfg, digits)
+        _assert_same(history, alone, cfg.activation)
+        last, reference = history[-1], alone[-1]
+        for key in [k for k in reference if k.startswith(("test_loss_noise", "median_unit_activation"))]:
+            assert last[key] == pytest.approx(reference[key], rel=RTOL, abs=1e-5), key
+
+
+def test_a_diverging_member_leaves_its_pack_mates_unchanged(digits):
+    base = TrialConfig(activation="elu", lr=0.05, dropout=0.0, seed=0, epochs=3, batch_size=64, model=MLP,
+                       optimizer="sgd")
+    healthy = [replace(base, seed=1), replace(base, activation="gelu", seed=2)]
+    diverging = replace(base, seed=3, lr=1e4)  # SGD at lr 1e4: the loss is inf or NaN within an epoch
+    alone = _alone(diverging, digits)
+    assert alone[-1]["diverged"] == 1 and len(alone) == 1
+    with_it = _members([healthy[0], diverging, healthy[1]], digits)
+    without_it = _members(healthy, digits)
+    assert len(with_it[1]) == 1 and with_it[1][0]["diverged"] == 1 and not math.isfinite(with_it[1][0]["train_loss"])
+    for mine, reference in zip([with_it[0], with_it[2]], without_it):
+        assert [m["diverged"] for m in mine] == [0, 0, 0]
+        _assert_same(mine, reference, "pack-mate")
+
+
+def test_what_cannot_be_fused_is_named():
+    cfg = TrialConfig(activation="gelu", lr=1e-3, dropout=0.0, seed=0, epochs=1, batch_size=64,
+                      model={"kind": "wide_resnet", "depth": 10, "widen_factor": 1})
+    assert "model.kind 'wide_resnet'" in fusable(cfg)
+    assert fusable(replace(cfg, model=MLP)) is None
+
+
+def test_members_must_share_the_architecture(digits):
+    base = TrialConfig(activation="gelu", lr=1e-3, dropout=0.0, seed=0, epochs=1, batch_size=64, model=MLP)
+    with pytest.raises(ValueError, match="batch_size"):
+        next(train_pack([base, replace(base, batch_size=32)], digits))

@@ -1,0 +1,328 @@
+"""Fused trial packs: several grid points of one architecture trained at once as one batched model.
+
+Small networks such as the GELU paper's 8 × 128 MLP are bound by per-step overhead, not by
+arithmetic: one trial's 128 × 128 matmuls leave most of a CPU (or GPU) idle. A pack stacks the
+weights of its P members into (P, fan_in, fan_out) tensors and runs each layer as one batched
+matmul (``torch.baddbmm``), so P trials cost about as many kernel launches as one.
+
+Each member stays the trial it would be alone, by construction:
+- its weights are those of the reference network (workers.models) built under its seed;
+- its data order comes from its own generator, seeded as in workers.train;
+- its dropout and SOI masks come from its own generator, which starts where the reference
+  trial's global generator stands after building the network, and draws the same shapes in the
+  same order (workers.activations.dropout_noise, soi_map);
+- its optimiser state, lr and activation are its own (Adam and SGD written out for stacked
+  tensors, with the update formulas of torch.optim).
+So a member and the same config trained alone follow the same trajectory up to floating-point
+rounding (tests/workers/test_fused.py). A member whose training loss turns non-finite is reported
+diverged and leaves the pack; the others continue unchanged (their slices never mix).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from workers.activations import STOCHASTIC_ACTIVATIONS, Activation, _DETERMINISTIC, soi_map, uniform
+from workers.models import build_model
+from workers.splits import Splits
+from workers.train import EVAL_BATCH, STATS_EXAMPLES, TrialConfig, lr_factor
+
+FUSABLE_KINDS = ("mlp", "autoencoder")
+# Settings that must be equal across a pack's members (the rest may differ: activation, lr, dropout, seed).
+SHARED = ("epochs", "batch_size", "task", "optimizer", "momentum", "nesterov", "weight_decay", "schedule", "augment",
+          "eval_noise", "activation_stats", "model")
+
+
+def fusable(cfg: TrialConfig) -> str | None:
+    """Why ``cfg`` cannot run in a fused pack, or None if it can."""
+    if cfg.model["kind"] not in FUSABLE_KINDS:
+        return f"model.kind {cfg.model['kind']!r} (fused packs take {', '.join(FUSABLE_KINDS)})"
+    if cfg.augment and any(cfg.augment.values()):
+        return "augment (fused packs take vector inputs without augmentation)"
+    return None
+
+
+class StackedNet(nn.Module):
+    """P networks of one architecture as stacked weights; a layer is one batched matmul.
+
+    The architecture is read off the reference network: its ``Linear`` layers, each possibly
+    followed by an activation and dropout (MLP and autoencoder of workers.models).
+    """
+
+    def __init__(self, references: list[nn.Module], activations: list[str], dropouts: list[float]):
+        super().__init__()
+        self.activations, self.dropouts = activations, dropouts
+        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
+        self.activated: list[bool] = []  # per Linear: is it followed by an activation (and dropout)?
+        linears = [[m for m in ref.modules() if isinstance(m, nn.Linear)] for ref in references]
+        for depth, layer in enumerate(linears[0]):
+            # (P, fan_in, fan_out): x @ W.T of each member becomes one baddbmm
+            self.weights.append(nn.Parameter(torch.stack([ls[depth].weight.detach().t() for ls in linears]).contiguous()))
+            self.biases.append(nn.Parameter(torch.stack([ls[depth].bias.detach() for ls in linears]).unsqueeze(1)))
+            modules = list(references[0].modules())
+            following = modules[modules.index(layer) + 1] if modules.index(layer) + 1 < len(modules) else None
+            self.activated.append(isinstance(following, Activation))
+        self.generators: list[torch.Generator] = []  # per member: masks (set by the pack)
+
+    def _groups(self, members: list[int]) -> list[tuple[str, int, int]]:
+        """Runs of members with one activation, as (name, start, end) slices of the pack."""
+        groups: list[tuple[str, int, int]] = []
+        for i, m in enumerate(members):
+            name = self.activations[m]
+            if groups and groups[-1][0] == name:
+                groups[-1] = (name, groups[-1][1], i + 1)
+            else:
+                groups.append((name, i, i + 1))
+        return groups
+
+    def _activate(self, x: Tensor, members: list[int]) -> Tensor:
+        groups = self._groups(members)  # one slice per activation when the pack is sorted by it
+        if len(groups) == 1 and groups[0][0] not in STOCHASTIC_ACTIVATIONS:
+            return _DETERMINISTIC[groups[0][0]](x)
+        parts = []
+        for name, start, end in groups:
+            if name == "soi":
+                u = self._uniforms(x[start:end], members[start:end]) if self.training else None
+                parts.append(soi_map(x[start:end], self.training, u=u))
+            else:
+                parts.append(_DETERMINISTIC[name](x[start:end]))
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    def _uniforms(self, like: Tensor, members: list[int], draw: list[bool] | None = None) -> Tensor:
+        """U[0, 1) of ``like``'s shape, slice j from member j's stream (zeros where ``draw`` is False)."""
+        u = torch.empty_like(like)
+        for j, m in enumerate(members):
+            if draw is None or draw[j]:
+                uniform(like.shape[1:], like.device, self.generators[m], out=u[j])
+            else:
+                u[j].zero_()  # dropout 0: the member draws nothing, as alone
+        return u
+
+    def _dropout(self, x: Tensor, members: list[int]) -> Tensor:
+        rates = [self.dropouts[m] for m in members]
+        if not self.training or not any(rates):
+            return x
+        # per member as dropout_noise: 1/(1 − p) where u < 1 − p, else 0 (p = 0: always kept)
+        u = self._uniforms(x, members, [p > 0 for p in rates]).detach()
+        keep = torch.tensor([1.0 - p for p in rates], device=x.device).view(-1, 1, 1)
+        scale = torch.tensor([1.0 / (1.0 - p) for p in rates], device=x.device).view(-1, 1, 1)
+        return x * torch.where(u < keep, scale, 0.0)
+
+    def keep(self, index: Tensor) -> None:
+        """Keep only the members at ``index`` (new parameters: autograd keeps each one's shape)."""
+        for params in (self.weights, self.biases):
+            for i, param in enumerate(params):
+                params[i] = nn.Parameter(param.detach()[index].contiguous())
+
+    def forward(self, x: Tensor, members: list[int], collect: list | None = None) -> Tensor:
+        """``x``: (P, B, D) per-member inputs, or (B, D) shared by all members; returns (P, B, out)."""
+        for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
+            if x.dim() == 2:  # shared input (evaluation): one matmul broadcast over members
+                x = torch.matmul(x, weight) + bias
+            else:
+                x = torch.baddbmm(bias, x, weight)
+            if self.activated[i]:
+                x = self._activate(x, members)
+                if collect is not None:
+                    collect.append(x)
+                x = self._dropout(x, members)
+        return x
+
+
+class StackedOptimizer:
+    """Adam or SGD (momentum, Nesterov, weight decay) on stacked parameters, with a per-member lr.
+
+    The formulas are torch.optim's (single-tensor Adam and SGD), applied to all members at once.
+    """
+
+    def __init__(self, cfg: TrialConfig, params: list[nn.Parameter], lrs: list[float]):
+        self.cfg, self.params = cfg, params
+        self.base_lr = torch.tensor(lrs, device=params[0].device)
+        self.factor = 1.0  # the schedule's multiple of the base lr
+        self.step_count = 0
+        self.state = [{} for _ in params]
+
+    def keep(self, index: Tensor, params: list[nn.Parameter]) -> None:
+        """Drop the members not in ``index``; ``params`` are the sliced parameters."""
+        self.params = params
+        self.base_lr = self.base_lr[index]
+        self.state = [{k: v[index] for k, v in state.items()} for state in self.state]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        cfg, b1, b2, eps = self.cfg, 0.9, 0.999, 1e-8
+        self.step_count += 1
+        for param, state in zip(self.params, self.state):
+            lr = (self.base_lr * self.factor).view(-1, *([1] * (param.dim() - 1)))
+            grad = param.grad if not cfg.weight_decay else param.grad.add(param, alpha=cfg.weight_decay)
+            if cfg.optimizer == "adam":
+                if not state:
+                    state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(param), torch.zeros_like(param)
+                state["exp_avg"].lerp_(grad, 1 - b1)
+                state["exp_avg_sq"].mul_(b2).addcmul_(grad, grad, value=1 - b2)
+                bias_correction1, bias_correction2 = 1 - b1 ** self.step_count, 1 - b2 ** self.step_count
+                # torch: p −= lr/bc1 · m / (√v/√bc2 + eps); the per-member lr folded into the divisor
+                denom = state["exp_avg_sq"].sqrt().div_(math.sqrt(bias_correction2)).add_(eps).div_(lr / bias_correction1)
+                param.addcdiv_(state["exp_avg"], denom, value=-1.0)
+            else:
+                if cfg.momentum:
+                    if "momentum_buffer" not in state:
+                        state["momentum_buffer"] = grad.clone()
+                    else:
+                        state["momentum_buffer"].mul_(cfg.momentum).add_(grad)
+                    buffer = state["momentum_buffer"]
+                    grad = grad.add(buffer, alpha=cfg.momentum) if cfg.nesterov else buffer
+                param.sub_(grad * lr)
+
+
+def _mask_stream(seed: int, device: torch.device) -> torch.Generator:
+    """The stream the reference trial's masks come from: the global generator after the
+    network was built under ``seed`` (CPU), or the device's generator seeded with it (CUDA)."""
+    if device.type == "cpu":
+        return torch.Generator().set_state(torch.get_rng_state())
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def _losses(out: Tensor, x: Tensor, y: Tensor, task: str) -> tuple[Tensor, Tensor]:
+    """Per member: the mean loss (P,) and per-example errors (P, B)."""
+    if task == "reconstruct":
+        target = x if x.dim() == 3 else x.unsqueeze(0)  # per-member or shared inputs
+        return ((out - target) ** 2).mean(dim=(1, 2)), torch.zeros(out.shape[:2], device=out.device)
+    p, b, classes = out.shape
+    targets = y.expand(p, b) if y.dim() == 1 else y
+    losses = F.cross_entropy(out.reshape(p * b, classes), targets.reshape(p * b), reduction="none").view(p, b)
+    return losses.mean(dim=1), (out.argmax(dim=2) != targets).float()
+
+
+@torch.no_grad()
+def evaluate_pack(net: StackedNet, members: list[int], x: Tensor, y: Tensor, task: str) -> tuple[list, list]:
+    """Per member: mean loss and error rate in eval mode. ``x`` is shared, or per member (P, n, D)."""
+    net.eval()
+    loss_sum = torch.zeros(len(members), device=x.device)
+    wrong = torch.zeros(len(members), device=x.device)
+    n = x.shape[-2]
+    for i in range(0, n, EVAL_BATCH):
+        xb = x[..., i:i + EVAL_BATCH, :]
+        losses, errors = _losses(net(xb, members), xb, y[i:i + EVAL_BATCH], task)
+        loss_sum += losses * errors.shape[1]
+        wrong += errors.sum(dim=1)
+    net.train()
+    return (loss_sum / n).tolist(), (wrong / n).tolist()
+
+
+def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str = "cpu") -> Iterator[list[dict | None]]:
+    """Train the members of a pack together; yield, after every epoch, one metrics dict per member
+    (the keys of workers.train.train_epochs), or None for a member that has left the pack."""
+    device = torch.device(device)
+    reasons = {fusable(cfg) for cfg in cfgs} - {None}
+    if reasons:
+        raise ValueError(f"execution.mode: fused cannot take {reasons.pop()}")
+    first = cfgs[0]
+    differing = [k for k in SHARED if any(getattr(c, k) != getattr(first, k) for c in cfgs)]
+    if differing:
+        raise ValueError(f"a fused pack shares {', '.join(differing)}; its members differ there")
+
+    # -- setup: per member the reference network under its seed, and its streams ------------------
+    references, masks = [], []
+    for cfg in cfgs:
+        torch.manual_seed(cfg.seed)
+        references.append(build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation, cfg.dropout))
+        masks.append(_mask_stream(cfg.seed, device))
+    net = StackedNet(references, [c.activation for c in cfgs], [c.dropout for c in cfgs]).to(device)
+    net.generators = masks
+    orders = [torch.Generator().manual_seed(cfg.seed) for cfg in cfgs]  # data order, as in train_epochs
+    flat = [torch.as_tensor(a, device=device) for a in (splits.train_x, splits.train_y, splits.val_x, splits.val_y,
+                                                          splits.test_x, splits.test_y)]
+    train_x, train_y, val_x, val_y, test_x, test_y = [t.flatten(1) if i % 2 == 0 else t for i, t in enumerate(flat)]
+    optimizer = StackedOptimizer(first, list(net.parameters()), [c.lr for c in cfgs])
+    members = list(range(len(cfgs)))  # the members still in the pack, as indices into cfgs
+    n, batch = len(train_y), first.batch_size
+    best_val = [math.inf] * len(cfgs)
+    best: list[dict] = [{} for _ in cfgs]
+    select_on = "val_loss" if first.task == "reconstruct" else "val_error"
+
+    for epoch in range(1, first.epochs + 1):
+        # -- one pass over each member's shuffled training set, batches by indexing --------------
+        started = time.perf_counter()
+        optimizer.factor = lr_factor(first.schedule, epoch - 1, first.epochs)
+        permutations = torch.stack([torch.randperm(n, generator=orders[m]) for m in members]).to(device)
+        loss_sum = torch.zeros(len(members), device=device)
+        for i in range(0, n, batch):
+            idx = permutations[:, i:i + batch]  # (P, B): each member its own examples
+            x, y = train_x[idx], train_y[idx]
+            losses, _ = _losses(net(x, members), x, y, first.task)
+            for param in net.parameters():
+                param.grad = None
+            losses.sum().backward()  # members' graphs are disjoint: each gets its own gradient
+            optimizer.step()
+            loss_sum += losses.detach() * idx.shape[1]
+        train_loss = (loss_sum / n).tolist()
+        lr = [c.lr * optimizer.factor for c in cfgs]
+        report: list[dict | None] = [None] * len(cfgs)
+        diverged = [m for m, loss in zip(members, train_loss) if not math.isfinite(loss)]
+        for m in diverged:  # as train_epochs: the diverged epoch is reported, then the member stops
+            report[m] = {"epoch": epoch, "train_loss": train_loss[members.index(m)], "lr": lr[m], "diverged": 1,
+                         "epoch_seconds": time.perf_counter() - started}
+        if diverged:
+            keep = [i for i, m in enumerate(members) if m not in diverged]
+            index = torch.tensor(keep, device=device)
+            net.keep(index)
+            optimizer.keep(index, list(net.parameters()))
+            train_loss = [train_loss[i] for i in keep]
+            members = [members[i] for i in keep]
+        if not members:
+            yield report
+            return
+
+        # -- evaluation ---------------------------------------------------------------------------
+        evaluated = {}
+        for name, (ex, ey) in {"train": (train_x, train_y), "val": (val_x, val_y), "test": (test_x, test_y)}.items():
+            evaluated[name] = evaluate_pack(net, members, ex, ey, first.task)
+        stats = _unit_activations(net, members, train_x[:STATS_EXAMPLES]) if first.activation_stats else None
+        noise = _noise_robustness(net, members, cfgs, test_x, test_y) if epoch == first.epochs else {}
+        seconds = time.perf_counter() - started
+        for j, m in enumerate(members):
+            metrics = {"epoch": epoch, "train_loss": train_loss[j], "lr": lr[m],
+                       "train_loss_eval": evaluated["train"][0][j], "train_error_eval": evaluated["train"][1][j],
+                       "val_loss": evaluated["val"][0][j], "val_error": evaluated["val"][1][j],
+                       "test_loss": evaluated["test"][0][j], "test_error": evaluated["test"][1][j]}
+            if metrics[select_on] < best_val[m]:
+                best_val[m] = metrics[select_on]
+                best[m] = {"best_val_epoch": epoch, "test_loss_at_best_val": metrics["test_loss"],
+                           "test_error_at_best_val": metrics["test_error"]}
+            metrics.update(best[m])
+            if stats is not None:
+                metrics.update({f"median_unit_activation_{k}": v[j] for k, v in enumerate(stats, start=1)})
+            metrics.update({key: values[j] for key, values in noise.items()})
+            metrics["diverged"] = 0
+            metrics["epoch_seconds"] = seconds  # the pack's epoch: members share it
+            report[m] = metrics
+        yield report
+
+
+@torch.no_grad()
+def _unit_activations(net: StackedNet, members: list[int], x: Tensor) -> list[list[float]]:
+    """Per layer, per member: workers.train.median_unit_activations."""
+    outputs: list[Tensor] = []
+    net.eval()
+    net(x, members, collect=outputs)
+    net.train()
+    return [out.mean(dim=1).median(dim=1).values.tolist() for out in outputs]
+
+
+@torch.no_grad()
+def _noise_robustness(net: StackedNet, members: list[int], cfgs: list[TrialConfig], x: Tensor,
+                      y: Tensor) -> dict[str, list[float]]:
+    """Per member: workers.train.noise_robustness, with each member's own noise (seeded as there)."""
+    generators = [torch.Generator().manual_seed(10_000 + cfgs[m].seed) for m in members]
+    found: dict[str, list[float]] = {}
+    for a in cfgs[0].eval_noise:
+        noise = torch.stack([torch.rand(x.shape, generator=g) * 2 - 1 for g in generators]).to(x.device) * a
+        loss, error = evaluate_pack(net, members, x.unsqueeze(0) + noise, y, cfgs[0].task)
+        found[f"test_loss_noise_{a:.2f}"], found[f"test_error_noise_{a:.2f}"] = loss, error
+    return found
