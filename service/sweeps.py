@@ -148,6 +148,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
             param_space={**spec.trial_base(), "phase": phase, "seeds": spec.seed_list, "point": points},
             tune_config=tune.TuneConfig(max_concurrent_trials=spec.execution.max_concurrent_trials,
                                         search_alg=search_alg, num_samples=num_samples,
+                                        reuse_actors=True,  # a worker process (torch imported) serves trial after trial
                                         trial_dirname_creator=lambda trial: trial.trial_id),
             run_config=tune.RunConfig(name=f"{spec.name}-{sweep_id}-{name}", storage_path=str(settings.ray_results),
                                       callbacks=[logger, *callbacks], verbose=0),

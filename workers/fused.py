@@ -122,8 +122,9 @@ class StackedNet(nn.Module):
     def forward(self, x: Tensor, members: list[int], collect: list | None = None) -> Tensor:
         """``x``: (P, B, D) per-member inputs, or (B, D) shared by all members; returns (P, B, out)."""
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
-            if x.dim() == 2:  # shared input (evaluation): one matmul broadcast over members
-                x = torch.matmul(x, weight) + bias
+            if x.dim() == 2:  # shared input (evaluation): one GEMM against all members' weights side by side
+                p, fan_in, fan_out = weight.shape
+                x = (x @ weight.transpose(0, 1).reshape(fan_in, p * fan_out)).view(-1, p, fan_out).transpose(0, 1) + bias
             else:
                 x = torch.baddbmm(bias, x, weight)
             if self.activated[i]:
@@ -142,42 +143,55 @@ class StackedOptimizer:
 
     def __init__(self, cfg: TrialConfig, params: list[nn.Parameter], lrs: list[float]):
         self.cfg, self.params = cfg, params
+        self.lrs = list(lrs)
         self.base_lr = torch.tensor(lrs, device=params[0].device)
         self.factor = 1.0  # the schedule's multiple of the base lr
         self.step_count = 0
         self.state = [{} for _ in params]
+        if cfg.optimizer == "adam":
+            for state, param in zip(self.state, params):
+                state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(param), torch.zeros_like(param)
+            self.steps = [torch.zeros((), device=params[0].device) for _ in lrs]  # per member, as torch's state
 
     def keep(self, index: Tensor, params: list[nn.Parameter]) -> None:
         """Drop the members not in ``index``; ``params`` are the sliced parameters."""
         self.params = params
         self.base_lr = self.base_lr[index]
+        self.lrs = [self.lrs[i] for i in index.tolist()]
         self.state = [{k: v[index] for k, v in state.items()} for state in self.state]
+        if self.cfg.optimizer == "adam":
+            self.steps = [self.steps[i] for i in index.tolist()]
 
     @torch.no_grad()
     def step(self) -> None:
         cfg, b1, b2, eps = self.cfg, 0.9, 0.999, 1e-8
         self.step_count += 1
+        if cfg.optimizer == "adam":
+            # torch's fused Adam kernel (one pass over each tensor), once per member: its own lr and step.
+            # Same update as torch.optim.Adam's default: m, v, bias corrections, L2 weight decay into the gradient.
+            if getattr(self, "_views_of", None) is not self.params:  # per-member views, made once per pack layout
+                self._views_of = self.params
+                self._views = [([p[j] for p in self.params], [s["exp_avg"][j] for s in self.state],
+                                [s["exp_avg_sq"][j] for s in self.state]) for j in range(len(self.lrs))]
+            n = len(self.params)
+            for j, (lr, step, (params, exp_avgs, exp_avg_sqs)) in enumerate(zip(self.lrs, self.steps, self._views)):
+                step += 1
+                torch._fused_adam_(params, [p.grad[j] for p in self.params], exp_avgs, exp_avg_sqs, [],
+                                   [step] * n, amsgrad=False, lr=lr * self.factor, beta1=b1, beta2=b2,
+                                   weight_decay=cfg.weight_decay, eps=eps, maximize=False, grad_scale=None,
+                                   found_inf=None)
+            return
         for param, state in zip(self.params, self.state):
             lr = (self.base_lr * self.factor).view(-1, *([1] * (param.dim() - 1)))
             grad = param.grad if not cfg.weight_decay else param.grad.add(param, alpha=cfg.weight_decay)
-            if cfg.optimizer == "adam":
-                if not state:
-                    state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(param), torch.zeros_like(param)
-                state["exp_avg"].lerp_(grad, 1 - b1)
-                state["exp_avg_sq"].mul_(b2).addcmul_(grad, grad, value=1 - b2)
-                bias_correction1, bias_correction2 = 1 - b1 ** self.step_count, 1 - b2 ** self.step_count
-                # torch: p −= lr/bc1 · m / (√v/√bc2 + eps); the per-member lr folded into the divisor
-                denom = state["exp_avg_sq"].sqrt().div_(math.sqrt(bias_correction2)).add_(eps).div_(lr / bias_correction1)
-                param.addcdiv_(state["exp_avg"], denom, value=-1.0)
-            else:
-                if cfg.momentum:
-                    if "momentum_buffer" not in state:
-                        state["momentum_buffer"] = grad.clone()
-                    else:
-                        state["momentum_buffer"].mul_(cfg.momentum).add_(grad)
-                    buffer = state["momentum_buffer"]
-                    grad = grad.add(buffer, alpha=cfg.momentum) if cfg.nesterov else buffer
-                param.sub_(grad * lr)
+            if cfg.momentum:  # torch.optim.SGD, dampening 0
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = grad.clone()
+                else:
+                    state["momentum_buffer"].mul_(cfg.momentum).add_(grad)
+                buffer = state["momentum_buffer"]
+                grad = grad.add(buffer, alpha=cfg.momentum) if cfg.nesterov else buffer
+            param.sub_(grad * lr)
 
 
 def _mask_stream(seed: int, device: torch.device) -> torch.Generator:

@@ -90,6 +90,21 @@ def test_html_report_loads_in_headless_chromium(server, tiny_sweep, tmp_path):
     assert screenshot.stat().st_size > 20_000
 
 
+def test_a_fused_sweep_lists_every_member_as_its_own_trial(server):
+    overrides = {**TINY, "execution.mode": "fused", "execution.pack_size": 3, "execution.rerun": True}
+    with server.client() as client:
+        sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
+                                             "overrides": overrides}).json()
+        done = wait_for(client, sweep["id"], finished)
+    assert done["state"] == "succeeded", done["error"]
+    assert [(t["activation"], t["seed"], t["state"], t["epoch"]) for t in done["trials"]] == [
+        ("gelu", 0, "succeeded", 2), ("gelu", 1, "succeeded", 2), ("relu", 0, "succeeded", 2), ("relu", 1, "succeeded", 2)]
+    run_ids = {t["mlflow_run_id"] for t in done["trials"]}
+    assert len(run_ids) == 4 and None not in run_ids
+    tags = [r.data.tags for r in _runs(server, sweep["id"]) if r.data.tags["role"] == "trial"]
+    assert {t["execution"] for t in tags} == {"fused"} and len({t["pack_id"] for t in tags}) == 2  # packs of 2
+
+
 def test_repeated_idempotency_key_returns_the_first_sweep_and_finished_trials_are_reused(server, tiny_sweep):
     body = {"experiment": "mnist_classification", "quick": True, "overrides": TINY}  # tiny_sweep trained these
     with server.client() as client:
