@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+         "--disable-quic", "--disable-component-update", "--disable-sync",
          "--disable-extensions", "--no-first-run", "--hide-scrollbars", "--virtual-time-budget=10000"]
 
 
