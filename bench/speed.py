@@ -1,6 +1,6 @@
 """How fast a sweep trains: a plain PyTorch loop vs actsweep per trial vs actsweep fused, in one run.
 
-    actsweep bench [--trials-per-activation 4] [--epochs 3] [--train-examples 12800] [--dropout 0]
+    actsweep bench [--trials-per-activation 8] [--epochs 3] [--train-examples 12800] [--dropout 0]
 
 The workload is the GELU paper's 8 × 128 MNIST classifier (§3.1: Adam, batch 128, unit-norm
 rows), the same for all three: every trial trains ``epochs`` passes of ``train_examples`` real MNIST
@@ -119,7 +119,7 @@ def run_actsweep(overrides: dict, splits, home: Path) -> tuple[float, int]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="actsweep bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials-per-activation", type=int, default=4, help="seeds per activation (3 activations)")
+    parser.add_argument("--trials-per-activation", type=int, default=8, help="seeds per activation (3 activations)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--train-examples", type=int, default=12_800, help="per epoch: 100 steps of 128")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout of every trial (the paper: 0 or 0.5)")

@@ -74,11 +74,25 @@ def lr_search(spec: SweepSpec, activation: str, dropout: float) -> tuple:
     return point, searcher, search.num_samples * len(spec.seed_list)
 
 
-def fused_packs(points: list[dict], pack_size: int) -> list[dict]:
+def concurrent_slots(spec: SweepSpec) -> int:
+    """How many trials of the spec the connected Ray cluster runs at once."""
+    available = ray.cluster_resources()
+    slots = available.get("CPU", 1) // spec.execution.cpus_per_trial
+    if spec.execution.gpus_per_trial:
+        slots = min(slots, available.get("GPU", 0) // spec.execution.gpus_per_trial)
+    if spec.execution.max_concurrent_trials:
+        slots = min(slots, spec.execution.max_concurrent_trials)
+    return max(1, int(slots))
+
+
+def fused_packs(points: list[dict], pack_size: int, slots: int = 1) -> list[dict]:
     """Grid points in packs of at most ``pack_size``, sorted by activation so that members sharing
-    one are contiguous (one activation call per run of them), and packs balanced in size."""
+    one are contiguous (one activation call per run of them). The number of packs is a multiple
+    of ``slots`` (the packs the cluster runs at once) and their sizes are balanced, so that no
+    slot idles while the last pack trains."""
     ordered = sorted(points, key=lambda p: (p["activation"], p["dropout"], p["lr"], p["seed"]))
     count = -(-len(ordered) // pack_size)
+    count = min(len(ordered), -(-count // slots) * slots)
     size = -(-len(ordered) // count)
     return [{"pack": ordered[i:i + size]} for i in range(0, len(ordered), size)]
 
@@ -140,7 +154,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
             if not points:
                 return 0, 0
             if spec.execution.mode == "fused":
-                points = fused_packs(points, spec.execution.pack_size)
+                points = fused_packs(points, spec.execution.pack_size, concurrent_slots(spec))
             points = tune.grid_search(points)
         trainable = tune.with_resources(tune.with_parameters(run_trial, splits=data), resources)
         tuner = tune.Tuner(

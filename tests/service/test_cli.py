@@ -69,6 +69,15 @@ def test_report_reads_the_same_numbers_back(e2e):
     assert csv_lines[0].startswith("activation,dropout,lr") and len(csv_lines) == 1 + 6
 
 
+def test_html_report_is_written_with_the_logged_figures(e2e, tmp_path):
+    env, output, _ = e2e
+    written = _run(env, "report", output["sweep_id"], "--format", "html", "--out", str(tmp_path))
+    assert written.returncode == 0, written.stderr
+    page = (tmp_path / f"{output['sweep_id']}.html").read_text()
+    assert page.count('<img src="data:image/png;base64,') == 2  # curves of train_loss_eval and val_loss
+    assert f"sweep {output['sweep_id']}" in page and "model:" in page
+
+
 def test_bad_input_exits_2_with_one_line_naming_the_field(actsweep_env):
     done = _run(actsweep_env, "run", "mnist_classification", "--set", "activation=gelu,swish")
     assert done.returncode == 2

@@ -10,7 +10,7 @@ from service.aggregate import sweep_results
 from service.settings import Settings
 from service.sweeps import fused_packs, run_sweep
 
-# 2 activations × 2 dropouts × 3 seeds = 12 grid points: 3 packs of 4
+# 2 activations × 2 dropouts × 3 seeds = 12 grid points: at most 4 a pack, 4 packs of 3 on 2 slots
 SMALL = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
          "activation": ["gelu", "soi"], "lr": [0.01], "dropout": [0.0, 0.5], "seeds": 3, "execution.rerun": True}
 
@@ -26,6 +26,8 @@ def test_packs_are_balanced_and_sorted_by_activation():
     points = load_spec("mnist_classification", quick=True, overrides={**SMALL, "activation": ["relu", "gelu", "elu"]}).grid_points()
     packs = fused_packs(points, 5)
     assert [len(p["pack"]) for p in packs] == [5, 5, 5, 3]  # 18 points, at most 5 a pack
+    assert [len(p["pack"]) for p in fused_packs(points, 12, slots=2)] == [9, 9]  # one pack per slot
+    assert [len(p["pack"]) for p in fused_packs(points, 6, slots=2)] == [5, 5, 5, 3]  # 3 packs → 4: no idle slot
     flat = [m for p in packs for m in p["pack"]]
     assert sorted(map(str, flat)) == sorted(map(str, points))
     assert [m["activation"] for m in flat] == sorted(m["activation"] for m in flat)
@@ -41,7 +43,7 @@ def test_every_member_is_its_own_run_with_the_numbers_it_has_alone(settings):
     runs = sweep_results(settings.resolved_tracking_uri, fused.sweep_id).runs
     assert len(runs) == 12 and set(runs["status"]) == {"FINISHED"}
     tags = [client.get_run(r).data.tags for r in runs["run_id"]]
-    assert {t["execution"] for t in tags} == {"fused"} and len({t["pack_id"] for t in tags}) == 3
+    assert {t["execution"] for t in tags} == {"fused"} and len({t["pack_id"] for t in tags}) == 4
     assert len({t["trial_id"] for t in tags}) == 12  # <pack trial id>/<member>
     for run_id in runs["run_id"]:  # per epoch, its own metrics
         assert [m.step for m in client.get_metric_history(run_id, "val_loss")] == [1, 2]
