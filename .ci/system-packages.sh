@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages some tests use, where they are missing and this user may install:
-# chromium (the HTML report in a headless browser). Without them those tests skip and say why
-# (CI sets ACTSWEEP_REQUIRE_CHROMIUM=1, so there they fail instead).
+# chromium (the HTML report in a headless browser) and postgresql (the sweep database and an
+# MLflow server on PostgreSQL; the tests start their own server on loopback). Without them those
+# tests skip and say why (CI sets ACTSWEEP_REQUIRE_CHROMIUM=1 and ACTSWEEP_REQUIRE_POSTGRES=1, so
+# there they fail instead).
 set -uo pipefail
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else
   echo "actsweep: cannot install ${missing[*]} (not root, no sudo); the tests that need them will skip" >&2; exit 0

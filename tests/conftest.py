@@ -22,6 +22,16 @@ def actsweep_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "service.cli", *args]
 
 
+@pytest.fixture(scope="session")
+def postgres() -> dict[str, str]:
+    """A real PostgreSQL on loopback for the session: SQLAlchemy URLs of its databases
+    ``actsweep`` (sweep records) and ``mlflow`` (an MLflow server's store)."""
+    from tests.servers import postgres_server
+
+    with postgres_server(("actsweep", "mlflow")) as urls:
+        yield urls
+
+
 SHARED_TWPOS = REPO.parent / "shared" / "data"  # a copy of the Twitter POS data, for tests only
 # The copy sits beside the clone (as in CI); a clone on its own skips the tests that read it.
 needs_twpos = pytest.mark.skipif(not (SHARED_TWPOS / "twpos" / "oct27.train").is_file(),

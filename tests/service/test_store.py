@@ -1,6 +1,7 @@
 """The sweep-record store's contract, run against every backend the tests can start.
 
-SQLite always; PostgreSQL too when ACTSWEEP_TEST_POSTGRES_URL names a server to use.
+SQLite, and PostgreSQL: a real server the tests start on loopback (tests/servers.py), or the one
+ACTSWEEP_TEST_POSTGRES_URL names.
 """
 import os
 import uuid
@@ -9,14 +10,11 @@ import pytest
 
 from service.store import DuplicateIdempotencyKey, SweepRecord, SweepStore
 
-BACKENDS = ["sqlite"] + (["postgresql"] if os.environ.get("ACTSWEEP_TEST_POSTGRES_URL") else [])
-
-
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=["sqlite", "postgresql"])
 def store(request, tmp_path) -> SweepStore:
     if request.param == "sqlite":
         return SweepStore(f"sqlite:///{tmp_path / 'sweeps.db'}")
-    return SweepStore(os.environ["ACTSWEEP_TEST_POSTGRES_URL"])
+    return SweepStore(os.environ.get("ACTSWEEP_TEST_POSTGRES_URL") or request.getfixturevalue("postgres")["actsweep"])
 
 
 def _record(key: str | None = None) -> SweepRecord:

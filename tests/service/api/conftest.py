@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,16 +13,11 @@ import pytest
 
 from service.jobs import ensure_ray_token, ray_cli
 from tests.conftest import REPO
+from tests.servers import free_port
 
 # A sweep that takes seconds: real digits, a small MLP, 2 activations × 2 seeds.
 TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
         "activation": ["gelu", "relu"], "lr": [0.01], "dropout": 0, "seeds": 2}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
