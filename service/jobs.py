@@ -68,6 +68,9 @@ def start_local_head(settings: Settings) -> None:
     raise RuntimeError(f"the local Ray head did not answer at {settings.ray_dashboard_url}")
 
 
+AGENT_WAIT_S = 60  # how long a submission waits for a just-started head's job agent
+
+
 class RayJobs:
     """Submits, stops and inspects sweep drivers on the Ray cluster."""
 
@@ -99,8 +102,16 @@ class RayJobs:
         })
         env.pop("ACTSWEEP_API_TOKEN", None)  # the driver does not need it; keep it out of job metadata
         entrypoint = f"{shlex.quote(sys.executable)} -m service.driver {shlex.quote(sweep_id)}"
-        return self.client.submit_job(entrypoint=entrypoint, submission_id=job_id_for(sweep_id),
-                                      runtime_env={"env_vars": env}, metadata={"sweep_id": sweep_id})
+        deadline = time.monotonic() + AGENT_WAIT_S
+        while True:
+            try:
+                return self.client.submit_job(entrypoint=entrypoint, submission_id=job_id_for(sweep_id),
+                                              runtime_env={"env_vars": env}, metadata={"sweep_id": sweep_id})
+            except RuntimeError as exc:
+                # A Ray head that has just started answers before its job agent is up.
+                if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
     def stop(self, job_id: str) -> None:
         self.client.stop_job(job_id)
