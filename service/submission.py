@@ -7,7 +7,7 @@ from mlflow.tracking import MlflowClient
 
 from search_spaces import SpecError, load_spec
 from service.api.schemas import Links, Progress, SweepCreate, SweepDetail, SweepPublic, TrialPublic
-from service.jobs import TERMINAL_JOB_STATES, RayJobs, job_id_for
+from service.jobs import TERMINAL_JOB_STATES, RayJobs
 from service.settings import Settings
 from service.store import TERMINAL_STATES, DuplicateIdempotencyKey, SweepRecord, SweepStore
 from service.sweeps import new_sweep_id

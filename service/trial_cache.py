@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from service.aggregate import search_runs
