@@ -169,14 +169,11 @@ class StackedOptimizer:
         if cfg.optimizer == "adam":
             # torch's fused Adam kernel (one pass over each tensor), once per member: its own lr and step.
             # Same update as torch.optim.Adam's default: m, v, bias corrections, L2 weight decay into the gradient.
-            if getattr(self, "_views_of", None) is not self.params:  # per-member views, made once per pack layout
-                self._views_of = self.params
-                self._views = [([p[j] for p in self.params], [s["exp_avg"][j] for s in self.state],
-                                [s["exp_avg_sq"][j] for s in self.state]) for j in range(len(self.lrs))]
             n = len(self.params)
-            for j, (lr, step, (params, exp_avgs, exp_avg_sqs)) in enumerate(zip(self.lrs, self.steps, self._views)):
+            for j, (lr, step) in enumerate(zip(self.lrs, self.steps)):
                 step += 1
-                torch._fused_adam_(params, [p.grad[j] for p in self.params], exp_avgs, exp_avg_sqs, [],
+                torch._fused_adam_([p[j] for p in self.params], [p.grad[j] for p in self.params],
+                                   [s["exp_avg"][j] for s in self.state], [s["exp_avg_sq"][j] for s in self.state], [],
                                    [step] * n, amsgrad=False, lr=lr * self.factor, beta1=b1, beta2=b2,
                                    weight_decay=cfg.weight_decay, eps=eps, maximize=False, grad_scale=None,
                                    found_inf=None)

@@ -1,11 +1,9 @@
 """The aggregator on runs written to a real MLflow store by the real trial logger."""
-from types import SimpleNamespace
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from service.aggregate import SweepNotFound, sweep_results
-from workers.tracking import MLflowTrialLogger, experiment_id, start_parent_run
+from tests.service.constructed_runs import log_trial, sweep_logger
 
 # (activation, lr) → per-seed (val_loss, test_error, train_loss_eval). Medians are the middle values;
 # the means differ, so a mean would be caught. For gelu the validation prefers lr 1e-3 while the test
@@ -20,30 +18,19 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("store")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(uri)
-    exp = experiment_id(client, "actsweep/test", tmp_path / "artifacts")
-    tags = {"sweep_id": "s1", "experiment": "test"}
-    parent = start_parent_run(client, exp, "s1", {**tags, "select_lr_by": "val_loss"}, {}, {"name": "test"})
-    logger = MLflowTrialLogger(uri, exp, parent, tags)
+    uri, logger = sweep_logger(tmp_path_factory.mktemp("store"), "s1", "test", {"select_lr_by": "val_loss"},
+                               {"name": "test"})
     n = 0
     for (activation, lr), seeds in RUNS.items():
         for seed, (val_loss, test_error, train_loss_eval) in enumerate(seeds):
             n += 1
-            trial = SimpleNamespace(trial_id=f"t{n}", config={"activation": activation, "lr": lr, "dropout": 0.0,
-                                                              "seed": seed, "epochs": 2})
-            logger.on_trial_start(0, [], trial)
             # epoch 1 values are worse and must be ignored: the table uses the final epoch
-            logger.on_trial_result(0, [], trial, {"epoch": 1, "val_loss": 9.0, "test_error": 0.9})
-            logger.on_trial_result(0, [], trial, {"epoch": 2, "val_loss": val_loss, "test_error": test_error,
-                                                  "train_loss_eval": train_loss_eval})
-            logger.on_trial_complete(0, [], trial)
+            log_trial(logger, f"t{n}", {"activation": activation, "lr": lr, "dropout": 0.0, "seed": seed, "epochs": 2},
+                      [{"epoch": 1, "val_loss": 9.0, "test_error": 0.9},
+                       {"epoch": 2, "val_loss": val_loss, "test_error": test_error, "train_loss_eval": train_loss_eval}])
     # a failed trial of gelu/1e-3 with a seed 3 must not count
-    failed = SimpleNamespace(trial_id="tf", config={"activation": "gelu", "lr": 1e-3, "dropout": 0.0, "seed": 3})
-    logger.on_trial_start(0, [], failed)
-    logger.on_trial_result(0, [], failed, {"epoch": 1, "val_loss": 0.0, "test_error": 0.0})
-    logger.on_trial_error(0, [], failed)
+    log_trial(logger, "tf", {"activation": "gelu", "lr": 1e-3, "dropout": 0.0, "seed": 3},
+              [{"epoch": 1, "val_loss": 0.0, "test_error": 0.0}], failed=True)
     return uri
 
 

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import io
-from types import SimpleNamespace
-
 import matplotlib.image
 import pytest
 from mlflow.tracking import MlflowClient
@@ -11,7 +9,7 @@ from mlflow.tracking import MlflowClient
 from service.aggregate import sweep_results
 from service.figures import log_figures, render_figures, stored_figures
 from service.html_report import to_html
-from workers.tracking import MLflowTrialLogger, experiment_id, start_parent_run
+from tests.service.constructed_runs import log_trial, sweep_logger
 
 SPEC = {"name": "figs", "task": "classify", "dropout": [0.0], "paper": "elu", "section": "§4.1",
         "protocol": {"headline_metric": "test_error", "select_lr_by": "val_loss", "notes": ["a <b>note</b>"]}}
@@ -20,19 +18,11 @@ SPEC = {"name": "figs", "task": "classify", "dropout": [0.0], "paper": "elu", "s
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """gelu and relu at one lr, 3 seeds, 3 epochs, with noise levels and unit activations."""
-    root = tmp_path_factory.mktemp("figures")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    client = MlflowClient(uri)
-    exp = experiment_id(client, "actsweep/figs", root / "artifacts")
-    tags = {"sweep_id": "f1", "experiment": "figs"}
-    parent = start_parent_run(client, exp, "f1", {**tags, "code_version": "git abc123", "hardware": "test cpu"}, {},
-                              SPEC)
-    logger = MLflowTrialLogger(uri, exp, parent, tags)
+    uri, logger = sweep_logger(tmp_path_factory.mktemp("figures"), "f1", "figs",
+                               {"code_version": "git abc123", "hardware": "test cpu"}, SPEC)
     for n, (activation, seed) in enumerate([(a, s) for a in ("gelu", "relu") for s in range(3)]):
-        trial = SimpleNamespace(trial_id=f"t{n}", config={"activation": activation, "lr": 1e-3, "dropout": 0.0,
-                                                          "seed": seed})
-        logger.on_trial_start(0, [], trial)
         base = 0.1 if activation == "gelu" else 0.2
+        results = []
         for epoch in (1, 2, 3):
             metrics = {"epoch": epoch, "train_loss_eval": base / epoch + 0.01 * seed, "val_loss": base / epoch,
                        "test_error": base / epoch, "median_unit_activation_1": 0.1 * epoch,
@@ -40,8 +30,8 @@ def store(tmp_path_factory):
             if epoch == 3:
                 metrics.update({f"test_error_noise_{a:.2f}": base + a / 4 for a in (0.0, 0.5, 1.0)})
                 metrics.update({f"test_loss_noise_{a:.2f}": base + a for a in (0.0, 0.5, 1.0)})
-            logger.on_trial_result(0, [], trial, metrics)
-        logger.on_trial_complete(0, [], trial)
+            results.append(metrics)
+        log_trial(logger, f"t{n}", {"activation": activation, "lr": 1e-3, "dropout": 0.0, "seed": seed}, results)
     return uri
 
 
