@@ -89,6 +89,9 @@ class Execution(StrictModel):
     gpus_per_trial: NonNegativeFloat = 0.0  # fractions let several trials share one GPU
     max_concurrent_trials: PositiveInt | None = None
     rerun: bool = False  # train every trial, even one whose identical twin already finished (the trial cache)
+    # a failed trial (a lost worker node, a crashed process) is retried this many times (Tune's
+    # FailureConfig); each retry resumes from the checkpoint of its last finished epoch
+    max_failures: Annotated[int, Field(ge=0, le=100)] = 3
 
 
 class Search(StrictModel):

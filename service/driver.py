@@ -1,7 +1,9 @@
 """The driver of one submitted sweep, run as a Ray job: ``python -m service.driver SWEEP_ID``.
 
 It reads the sweep record, runs the sweep (service.sweeps.run_sweep), and writes the sweep's
-and every trial's state back to the record as it goes.
+and every trial's state back to the record as it goes. Started for a sweep whose record says
+``running``, it replaces a driver that died (service.submission.refresh starts it): the sweep
+continues from Tune's experiment state and its MLflow runs, and finished trials are not rerun.
 """
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ def drive(sweep_id: str) -> int:
         return 2
     if record.state in TERMINAL_STATES:  # cancelled before the job started
         return 0
-    store.update(sweep_id, state="running", started_at=utcnow())
+    resume_parent_run_id = record.mlflow_parent_run_id if record.state == "running" else None
+    if resume_parent_run_id is None:
+        store.update(sweep_id, state="running", started_at=utcnow())
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         spec = SweepSpec.model_validate(record.spec)
@@ -39,7 +43,8 @@ def drive(sweep_id: str) -> int:
                                           sweep_id, positions),),
             on_parent_run=lambda exp_id, run_id: store.update(
                 sweep_id, mlflow_experiment_id=exp_id, mlflow_parent_run_id=run_id),
-            on_reused=lambda reused: _record_reused(store, sweep_id, positions, reused, spec.epochs))
+            on_reused=lambda reused: _record_reused(store, sweep_id, positions, reused, spec.epochs),
+            resume_parent_run_id=resume_parent_run_id)
     except KeyboardInterrupt:
         store.finish(sweep_id, "cancelled")
         return 0

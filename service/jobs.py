@@ -19,8 +19,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 
-def job_id_for(sweep_id: str) -> str:
-    return f"actsweep-{sweep_id}"
+def job_id_for(sweep_id: str, restart: int = 0) -> str:
+    """The Ray job id of a sweep's driver; a driver that replaces a dead one gets ``-restart<n>``."""
+    return f"actsweep-{sweep_id}" + (f"-restart{restart}" if restart else "")
+
+
+def restart_count(job_id: str) -> int:
+    head, _, count = job_id.rpartition("-restart")
+    return int(count) if head and count.isdigit() else 0
 
 
 def dashboard_answers(url: str, timeout: float = 2.0) -> bool:
@@ -89,8 +95,9 @@ class RayJobs:
                 raise RuntimeError(f"no Ray dashboard answers at {self.settings.ray_dashboard_url}")
             start_local_head(self.settings)
 
-    def submit(self, sweep_id: str) -> str:
-        """Start the sweep's driver as a Ray job; the job id is derived from the sweep id."""
+    def submit(self, sweep_id: str, restart: int = 0) -> str:
+        """Start the sweep's driver as a Ray job; the job id is derived from the sweep id
+        (and the restart's number, for a driver that replaces a dead one)."""
         settings = self.settings
         env = {k: v for k, v in os.environ.items() if k.startswith("ACTSWEEP_")}
         env.update({  # resolved here so the driver writes where this API reads
@@ -105,7 +112,7 @@ class RayJobs:
         deadline = time.monotonic() + AGENT_WAIT_S
         while True:
             try:
-                return self.client.submit_job(entrypoint=entrypoint, submission_id=job_id_for(sweep_id),
+                return self.client.submit_job(entrypoint=entrypoint, submission_id=job_id_for(sweep_id, restart),
                                               runtime_env={"env_vars": env}, metadata={"sweep_id": sweep_id})
             except RuntimeError as exc:
                 # A Ray head that has just started answers before its job agent is up.

@@ -30,6 +30,7 @@ class Settings(BaseSettings):
     start_local_ray: bool = True  # `serve` starts a local Ray head there when none answers
     mlflow_ui_url: str | None = None  # for links; default: the tracking URI if it is http(s)
     max_trials_per_sweep: int = 2000  # larger grids are rejected with 422, not run
+    driver_restarts: int = 2  # a sweep whose driver dies is continued by a new one (Tuner.restore) this often
 
     @cached_property
     def root(self) -> Path:

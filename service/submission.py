@@ -7,7 +7,7 @@ from mlflow.tracking import MlflowClient
 
 from search_spaces import SpecError, load_spec
 from service.api.schemas import Links, Progress, SweepCreate, SweepDetail, SweepPublic, TrialPublic
-from service.jobs import TERMINAL_JOB_STATES, RayJobs
+from service.jobs import TERMINAL_JOB_STATES, RayJobs, job_id_for, restart_count
 from service.settings import Settings
 from service.store import TERMINAL_STATES, DuplicateIdempotencyKey, SweepRecord, SweepStore
 from service.sweeps import new_sweep_id
@@ -65,8 +65,11 @@ def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: Swe
     return store.update(record.id, ray_job_id=job_id), False
 
 
-def refresh(store: SweepStore, jobs: RayJobs, record: SweepRecord) -> SweepRecord:
-    """The record, corrected where its driver ended without saying so (killed, lost)."""
+def refresh(store: SweepStore, jobs: RayJobs, record: SweepRecord, settings: Settings | None = None) -> SweepRecord:
+    """The record, corrected where its driver ended without saying so (killed, lost).
+
+    A running sweep whose driver died is continued by a new driver (service.driver restores its
+    Tune experiments), up to ``settings.driver_restarts`` times; after that it is failed."""
     if record.state in TERMINAL_STATES or not record.ray_job_id:
         return record
     status = jobs.status(record.ray_job_id)
@@ -75,8 +78,17 @@ def refresh(store: SweepStore, jobs: RayJobs, record: SweepRecord) -> SweepRecor
     record = store.get(record.id)  # the driver may have finished between the two reads
     if record.state in TERMINAL_STATES:
         return record
+    restarts = restart_count(record.ray_job_id)
     if record.cancel_requested:
         store.finish(record.id, "cancelled")
+    elif record.state == "running" and settings is not None and restarts < settings.driver_restarts:
+        try:
+            return store.update(record.id, ray_job_id=jobs.submit(record.id, restarts + 1))
+        except Exception as exc:
+            if jobs.status(job_id_for(record.id, restarts + 1)) is not None:  # a concurrent request restarted it
+                return store.update(record.id, ray_job_id=job_id_for(record.id, restarts + 1))
+            store.finish(record.id, "failed", error=f"the sweep's driver died and could not be restarted: {exc}"
+                         .splitlines()[0])
     else:
         store.finish(record.id, "failed", error=f"the sweep's driver (Ray job {record.ray_job_id}) ended "
                                                  f"with status {status or 'unknown to the cluster'}")
@@ -86,7 +98,7 @@ def refresh(store: SweepStore, jobs: RayJobs, record: SweepRecord) -> SweepRecor
 def cancel_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, sweep_id: str,
                  wait_s: float = 20.0) -> SweepRecord:
     """Stop a sweep's driver; trials that finished stay in MLflow, running ones end KILLED."""
-    record = refresh(store, jobs, get_sweep(store, sweep_id))
+    record = refresh(store, jobs, get_sweep(store, sweep_id))  # (no restart: it is being cancelled)
     if record.state in TERMINAL_STATES:
         raise SubmissionError(409, f"sweep {sweep_id} already {record.state}")
     store.update(sweep_id, cancel_requested=True)

@@ -100,12 +100,15 @@ def fused_packs(points: list[dict], pack_size: int, slots: int = 1) -> list[dict
 def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = None, sweep_id: str | None = None,
               quick: bool = False, name: str | None = None, callbacks: tuple[tune.Callback, ...] = (),
               on_parent_run: Callable[[str, str], None] | None = None,
-              on_reused: Callable[[list[Reused]], None] | None = None) -> SweepOutcome:
+              on_reused: Callable[[list[Reused]], None] | None = None,
+              resume_parent_run_id: str | None = None) -> SweepOutcome:
     """Run every trial of ``spec`` on Ray Tune and log them to MLflow; blocks until done.
 
     ``on_parent_run(experiment_id, parent_run_id)`` is called once the MLflow parent run exists;
     ``on_reused(reused)`` with the trials taken from the cache of finished trials (none with
-    ``execution.rerun``).
+    ``execution.rerun``). ``resume_parent_run_id`` continues a sweep whose driver died: its
+    parent run is kept and each Tune experiment it had started is restored from its state on
+    disk (Tuner.restore): finished trials stay finished, the others resume from their checkpoints.
     """
     sweep_id = sweep_id or new_sweep_id()
     splits = splits or load_splits(spec, settings)  # a missing dataset fails before anything is created
@@ -119,13 +122,16 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
                    "select_lr_by": spec.protocol.select_lr_by, "headline_metric": spec.protocol.headline_metric,
                    "code_version": code_version(), "hardware": hardware()}
     params = {**flatten(spec.trial_base()), "trials": spec.trial_count, **{f"data.{k}": v for k, v in splits.sizes().items()}}
-    parent_run_id = start_parent_run(client, exp_id, name or f"{spec.name}-{sweep_id}", parent_tags, params,
-                                     spec.model_dump(mode="json"))
+    parent_run_id = resume_parent_run_id or start_parent_run(client, exp_id, name or f"{spec.name}-{sweep_id}",
+                                                             parent_tags, params, spec.model_dump(mode="json"))
     if on_parent_run:
         on_parent_run(exp_id, parent_run_id)
 
     # -- Ray Tune: one trial per grid point and seed ---------------------------------------------
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # progress is ours (callbacks); keep Tune's tables off
+    # Keeping one checkpoint per trial makes Tune snapshot its experiment state after every epoch's
+    # checkpoint, which is what a restored driver needs; Tune warns about that rate: not here.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     connect_ray(settings)
     resources = {"cpu": spec.execution.cpus_per_trial, "gpu": spec.execution.gpus_per_trial}
     logger = MLflowTrialLogger(settings.resolved_tracking_uri, exp_id, parent_run_id, sweep_tags)
@@ -140,7 +146,8 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
         points = [{**p, "trial_key": trial_key(spec.trial_base(), p, identity)} for p in points]
         if spec.execution.rerun:
             return points
-        to_train, reused = reuse_finished(client, points, exp_id, parent_run_id, {**sweep_tags, "phase": phase})
+        to_train, reused = reuse_finished(client, points, exp_id, parent_run_id, {**sweep_tags, "phase": phase},
+                                          resuming=resume_parent_run_id is not None)
         reused_count += len(reused)
         for r in reused:
             r.point["phase"] = phase
@@ -149,6 +156,10 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
         return to_train
 
     def fit(points, phase: str, data: Splits, name: str, search_alg=None, num_samples: int = 1):
+        trainable = tune.with_resources(tune.with_parameters(run_trial, splits=data), resources)
+        path = settings.ray_results / f"{spec.name}-{sweep_id}-{name}"
+        if resume_parent_run_id and tune.Tuner.can_restore(str(path)):  # the dead driver had started it
+            return summarize(tune.Tuner.restore(str(path), trainable, resume_errored=True).fit())
         if isinstance(points, list):  # a grid: each point once, unless the cache has it already
             points = with_cache(points, phase, data)
             if not points:
@@ -156,7 +167,6 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
             if spec.execution.mode == "fused":
                 points = fused_packs(points, spec.execution.pack_size, concurrent_slots(spec))
             points = tune.grid_search(points)
-        trainable = tune.with_resources(tune.with_parameters(run_trial, splits=data), resources)
         tuner = tune.Tuner(
             trainable,
             param_space={**spec.trial_base(), "phase": phase, "seeds": spec.seed_list, "point": points},
@@ -164,11 +174,17 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
                                         search_alg=search_alg, num_samples=num_samples,
                                         reuse_actors=True,  # a worker process (torch imported) serves trial after trial
                                         trial_dirname_creator=lambda trial: trial.trial_id),
-            run_config=tune.RunConfig(name=f"{spec.name}-{sweep_id}-{name}", storage_path=str(settings.ray_results),
-                                      callbacks=[logger, *callbacks], verbose=0),
+            run_config=tune.RunConfig(
+                name=path.name, storage_path=str(path.parent), callbacks=[logger, *callbacks], verbose=0,
+                # a failed trial is retried from its last epoch's checkpoint (workers.checkpoints)
+                failure_config=tune.FailureConfig(max_failures=spec.execution.max_failures),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
         )
-        found = tuner.fit()
-        sizes = [(len(members(result.config)), result.error is not None) for result in found]  # grid points
+        return summarize(tuner.fit())
+
+    def summarize(found) -> tuple[int, int]:
+        """(grid points trained, grid points whose trial failed)"""
+        sizes = [(len(members(result.config)), result.error is not None) for result in found]
         return sum(n for n, _ in sizes), sum(n for n, failed in sizes if failed)
 
     try:

@@ -41,9 +41,10 @@ class Reused:
     metrics: dict[str, float]
 
 
-def find_finished(client: MlflowClient, key: str):
-    """The most recent finished run with this trial key, or None."""
-    runs = search_runs(client, f"tags.trial_key = '{key}' and attributes.status = 'FINISHED'")
+def find_finished(client: MlflowClient, key: str, sweep_id: str | None = None):
+    """The most recent finished run with this trial key (in sweep ``sweep_id`` if given), or None."""
+    query = f"tags.trial_key = '{key}' and attributes.status = 'FINISHED'"
+    runs = search_runs(client, query + (f" and tags.sweep_id = '{sweep_id}'" if sweep_id else ""))
     runs = [r for r in runs if "reused_from" not in r.data.tags] or runs  # prefer the run that trained
     return max(runs, key=lambda r: r.info.start_time) if runs else None
 
@@ -63,10 +64,13 @@ def copy_run(client: MlflowClient, source, experiment_id: str, parent_run_id: st
 
 
 def reuse_finished(client: MlflowClient, points: list[dict], experiment_id: str, parent_run_id: str,
-                   sweep_tags: dict[str, str]) -> tuple[list[dict], list[Reused]]:
-    """Split ``points`` (each with its ``trial_key``) into those still to train and those reused."""
+                   sweep_tags: dict[str, str], resuming: bool = False) -> tuple[list[dict], list[Reused]]:
+    """Split ``points`` (each with its ``trial_key``) into those still to train and those reused.
+    ``resuming``: the sweep's driver died after copying some; those are not copied twice."""
     to_train, reused = [], []
     for point in points:
+        if resuming and find_finished(client, point["trial_key"], sweep_tags["sweep_id"]) is not None:
+            continue
         source = find_finished(client, point["trial_key"])
         if source is None:
             to_train.append(point)

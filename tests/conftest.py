@@ -5,6 +5,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Ray reads its auth mode once, when it is imported: the tests' clusters (and the local Rays that
+# ray.init starts) use token auth, so a driver in this process can join a cluster a test started.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -96,3 +97,44 @@ def mlflow_server(backend_uri: str, artifacts: Path, log: Path):
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+class RayNode:
+    """One Ray node on loopback, as ``ray start ... --block``: terminating that command stops the
+    node's processes (raylet, workers), which is how a test loses a node."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None):
+        from service.jobs import ray_cli
+
+        self.temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
+        self.process = subprocess.Popen([ray_cli(), "start", "--block", "--node-ip-address", "127.0.0.1",
+                                         "--temp-dir", self.temp_dir, *args],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env or dict(os.environ))
+
+    @classmethod
+    def head(cls, port: int, num_cpus: int, *extra: str, env: dict[str, str] | None = None) -> "RayNode":
+        return cls("--head", "--port", str(port), "--num-cpus", str(num_cpus), *extra, env=env)
+
+    @classmethod
+    def worker(cls, head_address: str, num_cpus: int, resources: str = "{}") -> "RayNode":
+        return cls("--address", head_address, "--num-cpus", str(num_cpus), "--resources", resources)
+
+    def crash(self) -> None:
+        """SIGKILL every process of the node (raylet, its workers, its agents) at once, as when its
+        machine fails; the processes are those whose command line names the node's temp folder."""
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if self.temp_dir.encode() in cmdline.read_bytes():
+                    os.kill(int(cmdline.parent.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass  # gone already
+        self.process.kill()
+        self.process.wait(30)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()

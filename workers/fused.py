@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -162,6 +162,16 @@ class StackedOptimizer:
         if self.cfg.optimizer == "adam":
             self.steps = [self.steps[i] for i in index.tolist()]
 
+    def state_dict(self) -> dict:
+        return {"state": self.state, "steps": getattr(self, "steps", None), "step_count": self.step_count}
+
+    def load_state_dict(self, saved: dict) -> None:
+        device = self.params[0].device
+        self.state = [{k: v.to(device) for k, v in state.items()} for state in saved["state"]]
+        if saved["steps"] is not None:
+            self.steps = [step.to(device) for step in saved["steps"]]
+        self.step_count = saved["step_count"]
+
     @torch.no_grad()
     def step(self) -> None:
         cfg, b1, b2, eps = self.cfg, 0.9, 0.999, 1e-8
@@ -226,9 +236,13 @@ def evaluate_pack(net: StackedNet, members: list[int], x: Tensor, y: Tensor, tas
     return (loss_sum / n).tolist(), (wrong / n).tolist()
 
 
-def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str = "cpu") -> Iterator[list[dict | None]]:
+def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str = "cpu", *,
+               resume: dict | None = None, on_state: Callable[[dict], None] | None = None) -> Iterator[list[dict | None]]:
     """Train the members of a pack together; yield, after every epoch, one metrics dict per member
-    (the keys of workers.train.train_epochs), or None for a member that has left the pack."""
+    (the keys of workers.train.train_epochs), or None for a member that has left the pack.
+
+    ``resume`` and ``on_state`` checkpoint the pack as workers.train.train_epochs does one trial:
+    the members still in it, the stacked weights and optimiser state, every member's streams."""
     device = torch.device(device)
     reasons = {fusable(cfg) for cfg in cfgs} - {None}
     if reasons:
@@ -256,8 +270,20 @@ def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | s
     best_val = [math.inf] * len(cfgs)
     best: list[dict] = [{} for _ in cfgs]
     select_on = "val_loss" if first.task == "reconstruct" else "val_error"
+    first_epoch = 1
+    if resume is not None:  # continue after the checkpointed epoch, without the members that had left
+        members = resume["members"]
+        if len(members) < len(cfgs):
+            index = torch.tensor(members, device=device)
+            net.keep(index)
+            optimizer.keep(index, list(net.parameters()))
+        net.load_state_dict(resume["net"])
+        optimizer.load_state_dict(resume["optimizer"])
+        for generator, state in zip([*masks, *orders], [*resume["masks"], *resume["orders"]]):
+            generator.set_state(state)
+        best_val, best, first_epoch = resume["best_val"], resume["best"], resume["epoch"] + 1
 
-    for epoch in range(1, first.epochs + 1):
+    for epoch in range(first_epoch, first.epochs + 1):
         # -- one pass over each member's shuffled training set, batches by indexing --------------
         started = time.perf_counter()
         optimizer.factor = lr_factor(first.schedule, epoch - 1, first.epochs)
@@ -313,6 +339,10 @@ def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | s
             metrics["diverged"] = 0
             metrics["epoch_seconds"] = seconds  # the pack's epoch: members share it
             report[m] = metrics
+        if on_state is not None:
+            on_state({"epoch": epoch, "members": members, "net": net.state_dict(), "optimizer": optimizer.state_dict(),
+                      "masks": [g.get_state() for g in masks], "orders": [g.get_state() for g in orders],
+                      "best_val": best_val, "best": best})
         yield report
 
 

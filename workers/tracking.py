@@ -57,6 +57,10 @@ class PicklableCallback(tune.Callback):
         return {k: v for k, v in self.__dict__.items() if k not in self.transient}
 
 
+def _resumed(result: dict) -> dict:
+    return {"resumed_from_epoch": result["resumed_from_epoch"]} if "resumed_from_epoch" in result else {}
+
+
 def member_trial_id(trial, index: int) -> str:
     """The id a grid point's run is tagged with: the Tune trial id, or ``<pack trial id>/<member>``."""
     return f"{trial.trial_id}/{index}" if "pack" in trial.config.get("point", {}) else trial.trial_id
@@ -75,6 +79,8 @@ class MLflowTrialLogger(PicklableCallback):
         self.sweep_tags = sweep_tags
         self.run_ids: dict[str, list[str]] = {}  # Tune trial id → MLflow run id of each member
         self.ended: set[str] = set()
+        self.logged_epochs: dict[str, int] = {}  # run id → the last epoch a dead driver had logged
+        self.nodes: dict[str, list[str]] = {}  # Tune trial id → the Ray nodes it has run on, in order
 
     @cached_property
     def client(self) -> MlflowClient:
@@ -85,7 +91,22 @@ class MLflowTrialLogger(PicklableCallback):
             self.ended.discard(trial.trial_id)
             return
         configs = members(trial.config)
-        self.run_ids[trial.trial_id] = [self._create_run(trial, i, cfg, len(configs)) for i, cfg in enumerate(configs)]
+        self.run_ids[trial.trial_id] = [self._existing_run(trial, i) or self._create_run(trial, i, cfg, len(configs))
+                                        for i, cfg in enumerate(configs)]
+
+    def _existing_run(self, trial, index: int) -> str | None:
+        """The run of a trial that a dead driver had started: a driver restored from Tune's
+        experiment state (Tuner.restore) continues its runs instead of opening new ones."""
+        query = f"tags.sweep_id = '{self.sweep_tags['sweep_id']}' and tags.trial_id = '{member_trial_id(trial, index)}'"
+        found = self.client.search_runs([self.experiment_id], query, max_results=1)
+        if not found:
+            return None
+        run_id = found[0].info.run_id
+        if "node_ids" in found[0].data.tags:
+            self.nodes[trial.trial_id] = found[0].data.tags["node_ids"].split(",")
+        history = self.client.get_metric_history(run_id, "train_loss")
+        self.logged_epochs[run_id] = max((m.step for m in history), default=0)
+        return run_id
 
     def _create_run(self, trial, index: int, cfg: dict, pack_size: int) -> str:
         tags = {**self.sweep_tags, "mlflow.parentRunId": self.parent_run_id, "role": "trial",
@@ -103,12 +124,21 @@ class MLflowTrialLogger(PicklableCallback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         now = _now_ms()
+        tags = []
+        nodes = self.nodes.setdefault(trial.trial_id, [])
+        if result.get("node_id") and result["node_id"] not in nodes[-1:]:  # first result, or moved to another node
+            nodes.append(result["node_id"])
+            tags += [RunTag("node_id", nodes[-1]), RunTag("node_ids", ",".join(nodes))]
+        if "resumed_from_epoch" in result:  # retried after a failure, or restored with its sweep
+            tags.append(RunTag("resumed_from_epoch", str(result["resumed_from_epoch"])))
         for index, values in member_results(result):
             run_id, step = self.run_ids[trial.trial_id][index], int(values["epoch"])
-            metrics = [Metric(k, float(v), now, step) for k, v in values.items()
+            if step <= self.logged_epochs.get(run_id, 0):  # logged before the driver died: not twice
+                continue
+            metrics = [Metric(k, float(v), now, step) for k, v in {**values, **_resumed(result)}.items()
                        if k not in TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)]
-            self.client.log_batch(run_id, metrics=metrics,
-                                  tags=[RunTag("diverged", "true")] if values.get("diverged") else [])
+            diverged = [RunTag("diverged", "true")] if values.get("diverged") else []
+            self.client.log_batch(run_id, metrics=metrics, tags=tags + diverged)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._end(trial, "FINISHED")

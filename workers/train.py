@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -142,8 +142,25 @@ def median_unit_activations(model: nn.Module, x: Tensor) -> list[float]:
     return [out.flatten(1).mean(dim=0).median().item() for out in outputs]
 
 
-def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = "cpu") -> Iterator[dict]:
+def rng_states(device: torch.device) -> dict:
+    """The global generators' states: the CPU one, and the device's where masks are drawn on a GPU."""
+    return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def set_rng_states(states: dict, device: torch.device) -> None:
+    torch.set_rng_state(states["cpu"])
+    if states.get("cuda") is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(states["cuda"], device)
+
+
+def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = "cpu", *,
+                 resume: dict | None = None, on_state: Callable[[dict], None] | None = None) -> Iterator[dict]:
     """Train one trial; yield a dict of metrics after every epoch (epoch numbers start at 1).
+
+    Checkpoints (workers.checkpoints): before each epoch's metrics are yielded, ``on_state`` gets
+    the state to resume from after that epoch (model, optimiser, data-order and mask generators,
+    best epoch so far). Given such a state as ``resume``, training continues with the next epoch
+    and follows the trajectory it would have followed without the interruption.
 
     Logged per epoch: ``train_loss`` (mean minibatch loss in train mode, as seen by the
     optimiser); ``train_loss_eval``/``train_error_eval``, the training set in eval mode, which is
@@ -155,6 +172,7 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
     A non-finite training loss ends the trial with ``diverged = 1``.
     """
     # -- setup: seed, data resident on the device, model, optimiser --------------------------------
+    device = torch.device(device)
     torch.manual_seed(cfg.seed)
     tensors = [torch.as_tensor(a, device=device) for a in (splits.train_x, splits.train_y, splits.val_x,
                                                              splits.val_y, splits.test_x, splits.test_y)]
@@ -169,8 +187,15 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
     n = len(train_y)
     best_val, best = math.inf, {}
     select_on = "val_loss" if cfg.task == "reconstruct" else "val_error"
+    first_epoch = 1
+    if resume is not None:  # continue after the checkpointed epoch, with every stream where it stood
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        order.set_state(resume["order"])
+        set_rng_states(resume["rng"], device)
+        best_val, best, first_epoch = resume["best_val"], resume["best"], resume["epoch"] + 1
 
-    for epoch in range(1, cfg.epochs + 1):
+    for epoch in range(first_epoch, cfg.epochs + 1):
         # -- one pass over the shuffled training set, batches taken by indexing ----------------
         started = time.perf_counter()
         for group in optimizer.param_groups:
@@ -206,6 +231,9 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
             metrics.update(noise_robustness(model, test_x, test_y, cfg.eval_noise, cfg.seed, cfg.task))
         metrics["diverged"] = 0
         metrics["epoch_seconds"] = time.perf_counter() - started
+        if on_state is not None:
+            on_state({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                      "order": order.get_state(), "rng": rng_states(device), "best_val": best_val, "best": best})
         yield metrics
 
 

@@ -1,9 +1,11 @@
 """The Ray Tune trainable: one grid point, trained by :func:`workers.train.train_epochs`."""
 from __future__ import annotations
 
+import ray
 import torch
 from ray import tune
 
+from workers.checkpoints import as_checkpoint, latest_state
 from workers.datasets import Splits
 from workers.fused import train_pack
 from workers.train import TrialConfig, train_epochs
@@ -45,18 +47,38 @@ def member_results(result: dict) -> list[tuple[int, dict]]:
 
 
 def run_trial(config: dict, splits: Splits) -> None:
-    """Train one trial and report every epoch's metrics to Tune.
+    """Train one trial (a grid point or a fused pack) and report every epoch's metrics to Tune,
+    each with a checkpoint to resume from (workers.checkpoints).
 
     ``splits`` arrives through ``tune.with_parameters``: the arrays go into Ray's object store
-    once per sweep, not once per trial.
+    once per sweep, not once per trial. A retried or restored trial resumes after its last
+    checkpointed epoch; its first report then says so (``resumed_from_epoch``). Every report
+    names the Ray node that trained it (``node_id``: nodes on one host share an IP).
     """
     # One intra-op thread per reserved CPU, so concurrent trials do not oversubscribe the cores.
     torch.set_num_threads(max(1, int(config.get("cpus_per_trial", 1))))
     device = trial_device(config.get("gpus_per_trial", 0.0))
+    resume = latest_state()
+    node = {"node_id": ray.get_runtime_context().get_node_id()}
+    state: dict = {}
     if "pack" in config.get("point", {}):  # a fused pack: one report per epoch holds every member's metrics
         cfgs = [TrialConfig.from_config(m) for m in members(config)]
-        for epoch, report in enumerate(train_pack(cfgs, splits, device), start=1):
-            tune.report({"epoch": epoch, "members": {str(i): m for i, m in enumerate(report) if m is not None}})
-        return
-    for metrics in train_epochs(TrialConfig.from_config(trial_settings(config)), splits, device):
-        tune.report(metrics)
+        epochs = (
+            {"epoch": report_epoch(report), "members": {str(i): m for i, m in enumerate(report) if m is not None}}
+            for report in train_pack(cfgs, splits, device, resume=resume, on_state=state.update))
+    else:
+        epochs = train_epochs(TrialConfig.from_config(trial_settings(config)), splits, device,
+                              resume=resume, on_state=state.update)
+    for result in epochs:
+        result.update(node)
+        if resume is not None:  # the first epoch after a resume
+            result["resumed_from_epoch"], resume = resume["epoch"], None
+        if state.get("epoch") != result["epoch"]:  # a diverged trial's last epoch: nothing to resume
+            tune.report(result)
+            continue
+        with as_checkpoint(state) as checkpoint:
+            tune.report(result, checkpoint=checkpoint)
+
+
+def report_epoch(report: list[dict | None]) -> int:
+    return next(m["epoch"] for m in report if m is not None)

@@ -42,7 +42,7 @@ def list_sweeps(offset: int = Query(0, ge=0, le=1_000_000_000), limit: int = Que
 @router.get("/{sweep_id}", response_model=SweepDetail)
 def read_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: RayJobs = Depends(get_jobs),
                settings: Settings = Depends(get_settings)):
-    return to_detail(refresh(store, jobs, get_sweep(store, sweep_id)), settings)
+    return to_detail(refresh(store, jobs, get_sweep(store, sweep_id), settings), settings)
 
 
 @router.delete("/{sweep_id}", status_code=status.HTTP_202_ACCEPTED, response_model=SweepPublic)
