@@ -129,8 +129,8 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
 
     # -- Ray Tune: one trial per grid point and seed ---------------------------------------------
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # progress is ours (callbacks); keep Tune's tables off
-    # Keeping one checkpoint per trial makes Tune snapshot its experiment state after every epoch's
-    # checkpoint, which is what a restored driver needs; Tune warns about that rate: not here.
+    # Keeping few checkpoints per trial makes Tune snapshot its experiment state every epoch or two,
+    # which is what a restored driver needs; Tune warns about that rate: not here.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     connect_ray(settings)
     resources = {"cpu": spec.execution.cpus_per_trial, "gpu": spec.execution.gpus_per_trial}
@@ -178,7 +178,10 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
                 name=path.name, storage_path=str(path.parent), callbacks=[logger, *callbacks], verbose=0,
                 # a failed trial is retried from its last epoch's checkpoint (workers.checkpoints)
                 failure_config=tune.FailureConfig(max_failures=spec.execution.max_failures),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+                # Tune snapshots its experiment state whenever a trial has made num_to_keep checkpoints
+                # since the last snapshot: with 2 kept, the one a snapshot names is never deleted yet
+                # (with 1, a driver dying between a deletion and the next snapshot left a dangling one)
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2)),
         )
         return summarize(tuner.fit())
 

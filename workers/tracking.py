@@ -133,12 +133,13 @@ class MLflowTrialLogger(PicklableCallback):
             tags.append(RunTag("resumed_from_epoch", str(result["resumed_from_epoch"])))
         for index, values in member_results(result):
             run_id, step = self.run_ids[trial.trial_id][index], int(values["epoch"])
-            if step <= self.logged_epochs.get(run_id, 0):  # logged before the driver died: not twice
-                continue
             metrics = [Metric(k, float(v), now, step) for k, v in {**values, **_resumed(result)}.items()
                        if k not in TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)]
+            if step <= self.logged_epochs.get(run_id, 0):  # logged before the driver died: not twice
+                metrics = []
             diverged = [RunTag("diverged", "true")] if values.get("diverged") else []
-            self.client.log_batch(run_id, metrics=metrics, tags=tags + diverged)
+            if metrics or tags:
+                self.client.log_batch(run_id, metrics=metrics, tags=tags + diverged)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._end(trial, "FINISHED")

@@ -2,7 +2,9 @@
 metrics in a real MLflow store."""
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -226,3 +228,47 @@ def test_experiments_lists_the_catalog(server):
     with server.client() as client:
         rows = {r["name"]: r for r in client.get("/experiments").json()}
     assert rows["mnist_classification"]["trials"] == 90
+
+
+def _kill_driver(sweep_id: str) -> int:
+    """SIGKILL the sweep's driver process (the Ray job's entrypoint), as if its machine failed."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"service.driver" in args and sweep_id.encode() in args:
+            pid = int(cmdline.parent.name)
+            os.kill(pid, signal.SIGKILL)
+            return pid
+    raise AssertionError(f"no driver process for sweep {sweep_id}")
+
+
+def test_a_dead_driver_is_replaced_and_the_sweep_resumes_where_it_stood(server):
+    epochs = 150
+    body = {"experiment": "mnist_classification", "overrides": {**TINY, "epochs": epochs, "execution.rerun": True}}
+    with server.client() as client:
+        sweep = client.post("/sweeps", json=body).json()
+        # Killed once the first two trials have finished and the next two have trained a while since:
+        # Tune's experiment state (a snapshot, synced to storage every few checkpoints) has caught up.
+        before = wait_for(client, sweep["id"], lambda r: r["progress"]["trials_done"] >= 2 and any(
+            t["state"] == "running" and t["epoch"] >= 40 for t in r["trials"]), timeout=300)
+        _kill_driver(sweep["id"])
+        done = wait_for(client, sweep["id"], finished)  # polling is what notices the dead driver
+    assert done["state"] == "succeeded", done["error"]
+    assert done["links"]["ray_job"].endswith(f"actsweep-{sweep['id']}-restart1")
+    assert all(t["state"] == "succeeded" and t["epoch"] == epochs for t in done["trials"])
+
+    mlflow = _mlflow(server)
+    runs = {r.info.run_id: r for r in _runs(server, sweep["id"]) if r.data.tags.get("role") == "trial"}
+    assert len(runs) == 4 and len({r.data.tags["trial_id"] for r in runs.values()}) == 4  # no duplicate runs
+    assert {r.info.status for r in runs.values()} == {"FINISHED"}
+    for run_id in runs:  # every epoch logged exactly once
+        assert [m.step for m in mlflow.get_metric_history(run_id, "val_loss")] == list(range(1, epochs + 1))
+    finished_before = {t["mlflow_run_id"] for t in before["trials"] if t["state"] == "succeeded"}
+    interrupted = [t["mlflow_run_id"] for t in before["trials"] if t["state"] == "running"]
+    for run_id in finished_before:  # not rerun
+        assert "resumed_from_epoch" not in runs[run_id].data.tags
+    assert interrupted
+    for run_id in interrupted:  # resumed from a checkpoint, not from epoch 0
+        assert int(runs[run_id].data.tags["resumed_from_epoch"]) >= 1
