@@ -1,6 +1,9 @@
 """Reachability of the parts the service depends on."""
 from __future__ import annotations
 
+import threading
+import time
+
 from mlflow.tracking import MlflowClient
 
 from service.api.schemas import Health
@@ -23,3 +26,21 @@ def check_health(settings: Settings, store: SweepStore, jobs: RayJobs) -> Health
     database = _check(store.ping)
     ok = ray["ok"] and mlflow["ok"] and database["ok"]
     return Health(status="ok" if ok else "degraded", ray=ray, mlflow=mlflow, database=database)
+
+
+class HealthProbe:
+    """:func:`check_health`, run at most once every ``ttl_s`` seconds: probes and dashboards that
+    poll /healthz do not each become three calls to Ray, MLflow and the database (under load,
+    concurrent callers wait for the one check in progress and share its answer)."""
+
+    def __init__(self, ttl_s: float):
+        self.ttl_s = ttl_s
+        self._checked_at, self._health = float("-inf"), None
+        self._lock = threading.Lock()
+
+    def __call__(self, settings: Settings, store: SweepStore, jobs: RayJobs) -> Health:
+        with self._lock:
+            if time.monotonic() - self._checked_at >= self.ttl_s:
+                self._health = check_health(settings, store, jobs)
+                self._checked_at = time.monotonic()
+            return self._health

@@ -22,6 +22,9 @@ class Settings(BaseSettings):
     num_cpus: int | None = None  # CPUs of a local Ray (default: all)
     dashboard: bool = True  # start the Ray dashboard with a local Ray
     data_dir: Path | None = None  # default: HOME/data
+    # Tune's storage (experiment state, per-epoch checkpoints); default HOME/ray_results. On a
+    # cluster of several machines it must be shared by all nodes: a mounted folder, or s3://, gs://
+    tune_storage: str | None = None
     download: bool = True  # let torchvision download data where the internet is reachable
     api_token: SecretStr | None = None  # when set, the REST API requires "Authorization: Bearer <token>"
 
@@ -30,6 +33,7 @@ class Settings(BaseSettings):
     start_local_ray: bool = True  # `serve` starts a local Ray head there when none answers
     mlflow_ui_url: str | None = None  # for links; default: the tracking URI if it is http(s)
     max_trials_per_sweep: int = 2000  # larger grids are rejected with 422, not run
+    health_cache_s: float = 2.0  # /healthz checks Ray, MLflow and the database at most this often
     driver_restarts: int = 2  # a sweep whose driver dies is continued by a new one (Tuner.restore) this often
 
     @cached_property
@@ -62,8 +66,8 @@ class Settings(BaseSettings):
         return uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
 
     @property
-    def ray_results(self) -> Path:
-        return self.root / "ray_results"
+    def ray_results(self) -> str:
+        return (self.tune_storage or str(self.root / "ray_results")).rstrip("/")
 
 
 def get_settings() -> Settings:

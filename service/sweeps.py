@@ -157,9 +157,10 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
 
     def fit(points, phase: str, data: Splits, name: str, search_alg=None, num_samples: int = 1):
         trainable = tune.with_resources(tune.with_parameters(run_trial, splits=data), resources)
-        path = settings.ray_results / f"{spec.name}-{sweep_id}-{name}"
-        if resume_parent_run_id and tune.Tuner.can_restore(str(path)):  # the dead driver had started it
-            return summarize(tune.Tuner.restore(str(path), trainable, resume_errored=True).fit())
+        experiment = f"{spec.name}-{sweep_id}-{name}"
+        path = f"{settings.ray_results}/{experiment}"
+        if resume_parent_run_id and tune.Tuner.can_restore(path):  # the dead driver had started it
+            return summarize(tune.Tuner.restore(path, trainable, resume_errored=True).fit())
         if isinstance(points, list):  # a grid: each point once, unless the cache has it already
             points = with_cache(points, phase, data)
             if not points:
@@ -175,7 +176,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
                                         reuse_actors=True,  # a worker process (torch imported) serves trial after trial
                                         trial_dirname_creator=lambda trial: trial.trial_id),
             run_config=tune.RunConfig(
-                name=path.name, storage_path=str(path.parent), callbacks=[logger, *callbacks], verbose=0,
+                name=experiment, storage_path=settings.ray_results, callbacks=[logger, *callbacks], verbose=0,
                 # a failed trial is retried from its last epoch's checkpoint (workers.checkpoints)
                 failure_config=tune.FailureConfig(max_failures=spec.execution.max_failures),
                 # Tune snapshots its experiment state whenever a trial has made num_to_keep checkpoints

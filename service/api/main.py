@@ -7,6 +7,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from service.api.routes import experiments, health, sweeps
+from service.health import HealthProbe
 from service.jobs import RayJobs
 from service.settings import Settings, get_settings
 from service.store import SweepStore
@@ -26,6 +27,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.store = SweepStore(settings.resolved_database_url)
     app.state.jobs = RayJobs(settings)
+    app.state.health_probe = HealthProbe(settings.health_cache_s)
 
     @app.exception_handler(SubmissionError)
     async def submission_error(request: Request, exc: SubmissionError):
