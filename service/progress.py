@@ -51,7 +51,10 @@ class LiveProgress(tune.Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         configs = members(trial.config)
         for index, values in member_results(result):
-            self.seen[member_trial_id(trial, index)] = int(values["epoch"])
+            member = member_trial_id(trial, index)
+            if int(values["epoch"]) <= self.seen.get(member, 0):  # reported again after a retry
+                continue
+            self.seen[member] = int(values["epoch"])
             self.progress.advance(self.epoch_task)
             if values.get("diverged"):  # a pack member leaves its pack; the others go on
                 self._finish(member_trial_id(trial, index), configs[index], values, "diverged")

@@ -129,9 +129,6 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
 
     # -- Ray Tune: one trial per grid point and seed ---------------------------------------------
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # progress is ours (callbacks); keep Tune's tables off
-    # Keeping few checkpoints per trial makes Tune snapshot its experiment state every epoch or two,
-    # which is what a restored driver needs; Tune warns about that rate: not here.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     connect_ray(settings)
     resources = {"cpu": spec.execution.cpus_per_trial, "gpu": spec.execution.gpus_per_trial}
     logger = MLflowTrialLogger(settings.resolved_tracking_uri, exp_id, parent_run_id, sweep_tags)
@@ -170,19 +167,16 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
             points = tune.grid_search(points)
         tuner = tune.Tuner(
             trainable,
-            param_space={**spec.trial_base(), "phase": phase, "seeds": spec.seed_list, "point": points},
+            param_space={**spec.trial_base(), "phase": phase, "seeds": spec.seed_list, "point": points,
+                         "checkpoint_root": path},  # each trial's state.pt goes in its folder there
             tune_config=tune.TuneConfig(max_concurrent_trials=spec.execution.max_concurrent_trials,
                                         search_alg=search_alg, num_samples=num_samples,
                                         reuse_actors=True,  # a worker process (torch imported) serves trial after trial
                                         trial_dirname_creator=lambda trial: trial.trial_id),
             run_config=tune.RunConfig(
                 name=experiment, storage_path=settings.ray_results, callbacks=[logger, *callbacks], verbose=0,
-                # a failed trial is retried from its last epoch's checkpoint (workers.checkpoints)
-                failure_config=tune.FailureConfig(max_failures=spec.execution.max_failures),
-                # Tune snapshots its experiment state whenever a trial has made num_to_keep checkpoints
-                # since the last snapshot: with 2 kept, the one a snapshot names is never deleted yet
-                # (with 1, a driver dying between a deletion and the next snapshot left a dangling one)
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=2)),
+                # a failed trial is retried, from its last epoch's state (workers.checkpoints)
+                failure_config=tune.FailureConfig(max_failures=spec.execution.max_failures)),
         )
         return summarize(tuner.fit())
 

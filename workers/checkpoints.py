@@ -1,37 +1,51 @@
 """Per-epoch checkpoints of a Tune trial: everything its training loop needs to resume.
 
-A trial saves, with every epoch's metrics, its model, optimiser, random-number streams and epoch
-(workers.train.train_epochs and workers.fused.train_pack build the state). Tune keeps the latest
-in the sweep's storage; a trial that is retried after a failure (its worker node lost, its process
-killed) or restored with its sweep (Tuner.restore) starts from it, not from epoch 0.
+After every epoch a trial writes its state (model, optimiser, random-number streams, best epoch,
+epoch; built by workers.train.train_epochs and workers.fused.train_pack) to ``state.pt`` in its
+folder of Tune's storage, replacing the previous one atomically. A trial that starts finds it
+there: one retried after a failure (its worker node lost, its process killed; Tune's
+FailureConfig), or one restarted with its sweep by a new driver (Tuner.restore). It resumes after
+that epoch, not from epoch 0; a trial whose file says it had finished trains nothing.
+
+The file is written by the trial itself rather than kept as a Tune checkpoint: Tune names its
+checkpoints in an experiment snapshot that it saves and syncs in the background, and a driver
+that died between Tune deleting an old checkpoint and syncing the next snapshot left a
+snapshot naming a deleted checkpoint (seen in tests/service/api). The trial's own file is always
+its latest epoch. Any storage pyarrow reaches works: a local or mounted folder, s3://, gs://.
 """
 from __future__ import annotations
 
-import tempfile
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Iterator
+import io
 
+import pyarrow.fs
 import torch
 from ray import tune
 
 STATE_FILE = "state.pt"
 
 
-@contextmanager
-def as_checkpoint(state: dict) -> Iterator[tune.Checkpoint]:
-    """``state`` written to a temporary folder, as a Tune checkpoint (Tune copies it to its
-    storage within ``tune.report``)."""
-    with tempfile.TemporaryDirectory(prefix="actsweep-ckpt-") as folder:
-        torch.save(state, Path(folder) / STATE_FILE)
-        yield tune.Checkpoint.from_directory(folder)
+def state_path(config: dict) -> str | None:
+    """Where this trial keeps its state: ``<checkpoint_root>/<trial id>/state.pt`` (Tune's trial
+    folder, service.sweeps sets the root), or None outside a sweep."""
+    root = config.get("checkpoint_root")
+    return f"{root}/{tune.get_context().get_trial_id()}/{STATE_FILE}" if root else None
 
 
-def latest_state() -> dict | None:
-    """The state of this trial's latest checkpoint (tensors on the CPU; training loops move them),
-    or None for a trial that starts afresh."""
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is None:
+def save_state(path: str, state: dict) -> None:
+    """Write ``state`` to ``path``: to a temporary file first, then moved over the old one."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    fs, where = pyarrow.fs.FileSystem.from_uri(path) if "://" in path else (pyarrow.fs.LocalFileSystem(), path)
+    fs.create_dir(where.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(where + ".tmp") as out:
+        out.write(buffer.getvalue())
+    fs.move(where + ".tmp", where)
+
+
+def load_state(path: str) -> dict | None:
+    """The state at ``path`` (tensors on the CPU; the training loops move them), or None."""
+    fs, where = pyarrow.fs.FileSystem.from_uri(path) if "://" in path else (pyarrow.fs.LocalFileSystem(), path)
+    if fs.get_file_info(where).type == pyarrow.fs.FileType.NotFound:
         return None
-    with checkpoint.as_directory() as folder:
-        return torch.load(Path(folder) / STATE_FILE, map_location="cpu", weights_only=True)
+    with fs.open_input_stream(where) as source:
+        return torch.load(io.BytesIO(source.read()), map_location="cpu", weights_only=True)

@@ -79,7 +79,7 @@ class MLflowTrialLogger(PicklableCallback):
         self.sweep_tags = sweep_tags
         self.run_ids: dict[str, list[str]] = {}  # Tune trial id → MLflow run id of each member
         self.ended: set[str] = set()
-        self.logged_epochs: dict[str, int] = {}  # run id → the last epoch a dead driver had logged
+        self.logged_epochs: dict[str, int] = {}  # run id → the last epoch logged (by this driver or a dead one)
         self.nodes: dict[str, list[str]] = {}  # Tune trial id → the Ray nodes it has run on, in order
 
     @cached_property
@@ -118,7 +118,7 @@ class MLflowTrialLogger(PicklableCallback):
             tags["trial_key"] = cfg["trial_key"]
         name = f"{cfg['activation']}-lr{cfg['lr']:g}-do{cfg['dropout']:g}-s{cfg['seed']}"
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
-        params = [Param(k, str(v)) for k, v in flatten({k: v for k, v in cfg.items() if k not in ("point", "trial_key")}).items()]
+        params = [Param(k, str(v)) for k, v in flatten({k: v for k, v in cfg.items() if k not in ("point", "trial_key", "checkpoint_root")}).items()]
         self.client.log_batch(run.info.run_id, params=params)
         return run.info.run_id
 
@@ -135,8 +135,9 @@ class MLflowTrialLogger(PicklableCallback):
             run_id, step = self.run_ids[trial.trial_id][index], int(values["epoch"])
             metrics = [Metric(k, float(v), now, step) for k, v in {**values, **_resumed(result)}.items()
                        if k not in TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)]
-            if step <= self.logged_epochs.get(run_id, 0):  # logged before the driver died: not twice
-                metrics = []
+            if step <= self.logged_epochs.get(run_id, 0):  # logged already (an epoch reported again after
+                metrics = []                                # a retry, or by a driver that died): not twice
+            self.logged_epochs[run_id] = max(step, self.logged_epochs.get(run_id, 0))
             diverged = [RunTag("diverged", "true")] if values.get("diverged") else []
             if metrics or tags:
                 self.client.log_batch(run_id, metrics=metrics, tags=tags + diverged)

@@ -5,7 +5,7 @@ import ray
 import torch
 from ray import tune
 
-from workers.checkpoints import as_checkpoint, latest_state
+from workers.checkpoints import load_state, save_state, state_path
 from workers.datasets import Splits
 from workers.fused import train_pack
 from workers.train import TrialConfig, train_epochs
@@ -48,7 +48,7 @@ def member_results(result: dict) -> list[tuple[int, dict]]:
 
 def run_trial(config: dict, splits: Splits) -> None:
     """Train one trial (a grid point or a fused pack) and report every epoch's metrics to Tune,
-    each with a checkpoint to resume from (workers.checkpoints).
+    after writing the state to resume from (workers.checkpoints).
 
     ``splits`` arrives through ``tune.with_parameters``: the arrays go into Ray's object store
     once per sweep, not once per trial. A retried or restored trial resumes after its last
@@ -58,7 +58,8 @@ def run_trial(config: dict, splits: Splits) -> None:
     # One intra-op thread per reserved CPU, so concurrent trials do not oversubscribe the cores.
     torch.set_num_threads(max(1, int(config.get("cpus_per_trial", 1))))
     device = trial_device(config.get("gpus_per_trial", 0.0))
-    resume = latest_state()
+    path = state_path(config)
+    resume = load_state(path) if path else None
     node = {"node_id": ray.get_runtime_context().get_node_id()}
     state: dict = {}
     if "pack" in config.get("point", {}):  # a fused pack: one report per epoch holds every member's metrics
@@ -69,15 +70,19 @@ def run_trial(config: dict, splits: Splits) -> None:
     else:
         epochs = train_epochs(TrialConfig.from_config(trial_settings(config)), splits, device,
                               resume=resume, on_state=state.update)
+    # The last two epochs reported before an interruption may not have reached the driver's MLflow
+    # logger: they are reported again (the logger skips the epochs a run already has).
+    reported = list(resume.get("reported", [])) if resume else []
+    for result in reported:
+        tune.report(result)
     for result in epochs:
         result.update(node)
         if resume is not None:  # the first epoch after a resume
             result["resumed_from_epoch"], resume = resume["epoch"], None
-        if state.get("epoch") != result["epoch"]:  # a diverged trial's last epoch: nothing to resume
-            tune.report(result)
-            continue
-        with as_checkpoint(state) as checkpoint:
-            tune.report(result, checkpoint=checkpoint)
+        tune.report(result)
+        if path and state.get("epoch") == result["epoch"]:  # (not after a diverged trial's last epoch)
+            reported = [*reported[-1:], result]
+            save_state(path, {**state, "reported": reported})
 
 
 def report_epoch(report: list[dict | None]) -> int:
