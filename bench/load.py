@@ -17,8 +17,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -26,9 +24,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.servers import RayNode, free_port
-
-REPO = Path(__file__).resolve().parent.parent
+from service.jobs import dashboard_answers, ensure_ray_token
+from tests.servers import ApiServer, RayNode, free_port
 SWEEP = {"experiment": "mnist_classification", "quick": True,
          "overrides": {"dataset": "digits", "val_size": 200, "epochs": 1, "model.depth": 2, "model.width": 32,
                        "activation": ["gelu"], "lr": [0.01], "dropout": 0, "seeds": 1, "execution.rerun": True}}
@@ -103,27 +100,24 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     home = Path(tempfile.mkdtemp(prefix="actsweep-load-"))
-    port, dashboard, api_port = free_port(), free_port(), free_port()
+    ensure_ray_token()
+    port, dashboard = free_port(), free_port()
     head = RayNode.head(port, 2, "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
                         "--include-dashboard", "true", env={**os.environ, "RAY_AUTH_MODE": "token"})
     env = {**os.environ, "ACTSWEEP_HOME": str(home), "ACTSWEEP_DOWNLOAD": "false",
            "ACTSWEEP_RAY_DASHBOARD_URL": f"http://127.0.0.1:{dashboard}", "ACTSWEEP_RAY_ADDRESS": f"127.0.0.1:{port}",
            "ACTSWEEP_START_LOCAL_RAY": "false"}
-    api = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(api_port), "--log-level", "warning"],
-                           cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{api_port}"
+    api = None
     try:
-        for _ in range(120):  # the API, and the Ray head's job API behind it
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).json().get("ray", {}).get("ok"):
-                    break
-            except (httpx.HTTPError, ValueError):
-                pass
+        for _ in range(120):  # the Ray head's job API, where the API submits sweeps
+            if dashboard_answers(env["ACTSWEEP_RAY_DASHBOARD_URL"]):
+                break
             time.sleep(1)
-        figures = asyncio.run(run_load(base, args.clients, args.posting, args.seconds))
+        api = ApiServer(env, log=home / "api.log").start()
+        figures = asyncio.run(run_load(api.url, args.clients, args.posting, args.seconds))
     finally:
-        api.terminate()
-        api.wait(30)
+        if api:
+            api.stop()
         head.stop()
     print(json.dumps(figures, indent=2))
     if args.out:

@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -122,12 +124,7 @@ class RayNode:
     def crash(self) -> None:
         """SIGKILL every process of the node (raylet, its workers, its agents) at once, as when its
         machine fails; the processes are those whose command line names the node's temp folder."""
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                if self.temp_dir.encode() in cmdline.read_bytes():
-                    os.kill(int(cmdline.parent.name), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass  # gone already
+        sigkill_where(lambda args: any(self.temp_dir.encode() in arg for arg in args))
         self.process.kill()
         self.process.wait(30)
 
@@ -138,3 +135,46 @@ class RayNode:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+
+
+def sigkill_where(matches) -> list[int]:
+    """SIGKILL every process whose command line (its arguments, as bytes) ``matches``; their pids."""
+    killed = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if matches(cmdline.read_bytes().split(b"\0")):
+                os.kill(int(cmdline.parent.name), signal.SIGKILL)
+                killed.append(int(cmdline.parent.name))
+        except (OSError, ValueError):
+            pass  # gone already
+    return killed
+
+
+class ApiServer:
+    """``actsweep serve`` in its own process, as a user runs it."""
+
+    def __init__(self, env: dict[str, str], log: Path | None = None):
+        self.env, self.port, self.process, self.log = env, free_port(), None, log
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "ApiServer":
+        out = open(self.log, "ab") if self.log else None
+        self.process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
+                                         "--log-level", "info"], cwd=REPO, env=self.env, stdout=out, stderr=out)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"{self.url}/healthz", timeout=2)
+                return self
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        raise RuntimeError("the API did not start")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, timeout=60, headers=headers)

@@ -35,7 +35,7 @@ def save_state(path: str, state: dict) -> None:
     """Write ``state`` to ``path``: to a temporary file first, then moved over the old one."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    fs, where = pyarrow.fs.FileSystem.from_uri(path) if "://" in path else (pyarrow.fs.LocalFileSystem(), path)
+    fs, where = _filesystem(path)
     fs.create_dir(where.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(where + ".tmp") as out:
         out.write(buffer.getvalue())
@@ -44,8 +44,12 @@ def save_state(path: str, state: dict) -> None:
 
 def load_state(path: str) -> dict | None:
     """The state at ``path`` (tensors on the CPU; the training loops move them), or None."""
-    fs, where = pyarrow.fs.FileSystem.from_uri(path) if "://" in path else (pyarrow.fs.LocalFileSystem(), path)
+    fs, where = _filesystem(path)
     if fs.get_file_info(where).type == pyarrow.fs.FileType.NotFound:
         return None
     with fs.open_input_stream(where) as source:
         return torch.load(io.BytesIO(source.read()), map_location="cpu", weights_only=True)
+
+
+def _filesystem(path: str) -> tuple[pyarrow.fs.FileSystem, str]:
+    return pyarrow.fs.FileSystem.from_uri(path) if "://" in path else (pyarrow.fs.LocalFileSystem(), path)

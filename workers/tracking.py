@@ -57,10 +57,6 @@ class PicklableCallback(tune.Callback):
         return {k: v for k, v in self.__dict__.items() if k not in self.transient}
 
 
-def _resumed(result: dict) -> dict:
-    return {"resumed_from_epoch": result["resumed_from_epoch"]} if "resumed_from_epoch" in result else {}
-
-
 def member_trial_id(trial, index: int) -> str:
     """The id a grid point's run is tagged with: the Tune trial id, or ``<pack trial id>/<member>``."""
     return f"{trial.trial_id}/{index}" if "pack" in trial.config.get("point", {}) else trial.trial_id
@@ -129,15 +125,17 @@ class MLflowTrialLogger(PicklableCallback):
         if result.get("node_id") and result["node_id"] not in nodes[-1:]:  # first result, or moved to another node
             nodes.append(result["node_id"])
             tags += [RunTag("node_id", nodes[-1]), RunTag("node_ids", ",".join(nodes))]
+        resumed = {}
         if "resumed_from_epoch" in result:  # retried after a failure, or restored with its sweep
+            resumed = {"resumed_from_epoch": result["resumed_from_epoch"]}  # a pack's members get it too
             tags.append(RunTag("resumed_from_epoch", str(result["resumed_from_epoch"])))
         for index, values in member_results(result):
             run_id, step = self.run_ids[trial.trial_id][index], int(values["epoch"])
-            metrics = [Metric(k, float(v), now, step) for k, v in {**values, **_resumed(result)}.items()
-                       if k not in TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)]
-            if step <= self.logged_epochs.get(run_id, 0):  # logged already (an epoch reported again after
-                metrics = []                                # a retry, or by a driver that died): not twice
-            self.logged_epochs[run_id] = max(step, self.logged_epochs.get(run_id, 0))
+            metrics = []
+            if step > self.logged_epochs.get(run_id, 0):  # not an epoch logged already (reported again after
+                self.logged_epochs[run_id] = step          # a retry, or logged by a driver that died)
+                metrics = [Metric(k, float(v), now, step) for k, v in {**values, **resumed}.items()
+                           if k not in TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)]
             diverged = [RunTag("diverged", "true")] if values.get("diverged") else []
             if metrics or tags:
                 self.client.log_batch(run_id, metrics=metrics, tags=tags + diverged)

@@ -4,7 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.service.api.conftest import ApiServer, api_env
+from tests.servers import ApiServer
+from tests.service.api.conftest import api_env
 
 
 def test_fuzzing_the_openapi_schema_finds_no_server_error(ray_head, tmp_path):

@@ -2,9 +2,7 @@
 metrics in a real MLflow store."""
 from __future__ import annotations
 
-import os
 import re
-import signal
 import time
 from pathlib import Path
 
@@ -13,7 +11,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.browser import load_in_chromium
-from tests.service.api.conftest import TINY, ApiServer, api_env, finished, wait_for
+from tests.servers import ApiServer, sigkill_where
+from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
 
 def _mlflow(server: ApiServer) -> MlflowClient:
@@ -230,18 +229,10 @@ def test_experiments_lists_the_catalog(server):
     assert rows["mnist_classification"]["trials"] == 90
 
 
-def _kill_driver(sweep_id: str) -> int:
+def _kill_driver(sweep_id: str) -> None:
     """SIGKILL the sweep's driver process (the Ray job's entrypoint), as if its machine failed."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"service.driver" in args and sweep_id.encode() in args:
-            pid = int(cmdline.parent.name)
-            os.kill(pid, signal.SIGKILL)
-            return pid
-    raise AssertionError(f"no driver process for sweep {sweep_id}")
+    assert sigkill_where(lambda args: b"service.driver" in args and sweep_id.encode() in args), \
+        f"no driver process for sweep {sweep_id}"
 
 
 def test_a_dead_driver_is_replaced_and_the_sweep_resumes_where_it_stood(server):
