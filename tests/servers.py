@@ -123,9 +123,10 @@ class RayNode:
 
     def crash(self) -> None:
         """SIGKILL every process of the node (raylet, its workers, its agents) at once, as when its
-        machine fails; the processes are those whose command line names the node's temp folder."""
-        sigkill_where(lambda args: any(self.temp_dir.encode() in arg for arg in args))
-        self.process.kill()
+        machine fails: the descendants of ``ray start`` (Ray renames its workers ``ray::…``, so their
+        command lines do not name the node) and any process whose command line names its temp folder."""
+        tree = _descendants(self.process.pid)
+        sigkill_where(lambda pid, args: pid in tree or any(self.temp_dir.encode() in arg for arg in args))
         self.process.wait(30)
 
     def stop(self) -> None:
@@ -138,16 +139,34 @@ class RayNode:
 
 
 def sigkill_where(matches) -> list[int]:
-    """SIGKILL every process whose command line (its arguments, as bytes) ``matches``; their pids."""
+    """SIGKILL every process for which ``matches(pid, arguments as bytes)``; their pids."""
     killed = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if matches(cmdline.read_bytes().split(b"\0")):
-                os.kill(int(cmdline.parent.name), signal.SIGKILL)
-                killed.append(int(cmdline.parent.name))
+            pid = int(cmdline.parent.name)
+            if matches(pid, cmdline.read_bytes().split(b"\0")):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
         except (OSError, ValueError):
             pass  # gone already
     return killed
+
+
+def _descendants(root: int) -> set[int]:
+    """``root`` and every process below it, from each process's parent in /proc/PID/stat."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # the field after "(comm) state"
+        except (OSError, ValueError, IndexError):
+            continue  # gone already
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo += children.get(pid, [])
+    return found
 
 
 class ApiServer:

@@ -48,7 +48,7 @@ def member_results(result: dict) -> list[tuple[int, dict]]:
 
 def run_trial(config: dict, splits: Splits) -> None:
     """Train one trial (a grid point or a fused pack) and report every epoch's metrics to Tune,
-    after writing the state to resume from (workers.checkpoints).
+    each after the state to resume from is written (workers.checkpoints).
 
     ``splits`` arrives through ``tune.with_parameters``: the arrays go into Ray's object store
     once per sweep, not once per trial. A retried or restored trial resumes after its last
@@ -79,10 +79,12 @@ def run_trial(config: dict, splits: Splits) -> None:
         result.update(node)
         if resume is not None:  # the first epoch after a resume
             result["resumed_from_epoch"], resume = resume["epoch"], None
-        tune.report(result)
+        # Saved before it is reported, so every epoch the driver (and MLflow) has seen is in the
+        # state a retry resumes from: a retry never trains again an epoch that was logged.
         if path and state.get("epoch") == result["epoch"]:  # (not after a diverged trial's last epoch)
             reported = [*reported[-1:], result]
             save_state(path, {**state, "reported": reported})
+        tune.report(result)
 
 
 def report_epoch(report: list[dict | None]) -> int:

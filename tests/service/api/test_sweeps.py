@@ -231,7 +231,7 @@ def test_experiments_lists_the_catalog(server):
 
 def _kill_driver(sweep_id: str) -> None:
     """SIGKILL the sweep's driver process (the Ray job's entrypoint), as if its machine failed."""
-    assert sigkill_where(lambda args: b"service.driver" in args and sweep_id.encode() in args), \
+    assert sigkill_where(lambda _, args: b"service.driver" in args and sweep_id.encode() in args), \
         f"no driver process for sweep {sweep_id}"
 
 
