@@ -1,6 +1,6 @@
 """How fast a sweep trains: a plain PyTorch loop vs actsweep per trial vs actsweep fused, in one run.
 
-    actsweep bench [--trials-per-activation 8] [--epochs 3] [--train-examples 12800] [--dropout 0]
+    actsweep bench [--trials-per-activation 8] [--epochs 3] [--train-examples 12800] [--dropout 0] [--repeats 1]
 
 The workload is the GELU paper's 8 × 128 MNIST classifier (§3.1: Adam, batch 128, unit-norm
 rows), the same for all three: every trial trains ``epochs`` passes of ``train_examples`` real MNIST
@@ -14,7 +14,8 @@ epoch, as actsweep's trials do.
   batched model per Tune trial.
 
 Printed and written as JSON: trial-epochs per second of each, the ratios (c)/(a) and (b)/(a), and
-the achieved GFLOP/s against the machine's own matmul peak, measured here first.
+the achieved GFLOP/s against the machine's own matmul peak, measured here first. With
+``--repeats N`` the three run in turn N times and each one's fastest round counts.
 """
 from __future__ import annotations
 
@@ -124,6 +125,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--train-examples", type=int, default=12_800, help="per epoch: 100 steps of 128")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout of every trial (the paper: 0 or 0.5)")
     parser.add_argument("--pack-size", type=int, default=0, help="fused pack size (default: trials / cores)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds of (a), (b), (c) in turn; each variant's fastest round counts "
+                             "(this machine's speed drifts by 10-40%% between minutes)")
     parser.add_argument("--skip", choices=["plain", "per_trial", "fused"], action="append", default=[])
     parser.add_argument("--out", default="bench/results.json")
     args = parser.parse_args(argv)
@@ -157,32 +161,35 @@ def main(argv: list[str] | None = None) -> dict:
         "fused": lambda: run_actsweep({**base, "execution.mode": "fused", "execution.pack_size": pack,
                                        "execution.cpus_per_trial": 1}, splits, home)[0],
     }
-    found: dict[str, dict] = {}
+    rounds: dict[str, list[float]] = {name: [] for name in variants if name not in args.skip}
     with tempfile.TemporaryDirectory() as folder:
         home = Path(folder)
-        for name, run in variants.items():
-            if name in args.skip:
-                continue
-            seconds = run()
-            found[name] = {"seconds": round(seconds, 2), "trial_epochs_per_s": round(trial_epochs / seconds, 3),
-                           "gflops": round(flops / seconds / 1e9, 1),
-                           "fraction_of_peak": round(flops / seconds / 1e9 / peak, 3)}
-            print(f"({'abc'[list(variants).index(name)]}) {name:<10} {seconds:8.1f} s  "
-                  f"{found[name]['trial_epochs_per_s']:7.3f} trial-epochs/s  {found[name]['gflops']:6.1f} GFLOP/s "
-                  f"({100 * found[name]['fraction_of_peak']:.0f}% of peak)", flush=True)
+        for round_ in range(1, args.repeats + 1):
+            for name in rounds:
+                seconds = variants[name]()
+                rounds[name].append(round(seconds, 2))
+                print(f"({'abc'[list(variants).index(name)]}) {name:<10} {seconds:8.1f} s  "
+                      f"{trial_epochs / seconds:7.3f} trial-epochs/s  {flops / seconds / 1e9:6.1f} GFLOP/s "
+                      f"({100 * flops / seconds / 1e9 / peak:.0f}% of peak)"
+                      + (f"  [round {round_}/{args.repeats}]" if args.repeats > 1 else ""), flush=True)
         ray.shutdown()
+    found: dict[str, dict] = {}
+    for name, seconds in ((name, min(times)) for name, times in rounds.items()):
+        found[name] = {"seconds": seconds, "rounds": rounds[name], "trial_epochs_per_s": round(trial_epochs / seconds, 3),
+                       "gflops": round(flops / seconds / 1e9, 1), "fraction_of_peak": round(flops / seconds / 1e9 / peak, 3)}
     ratios = {}
     if "plain" in found:
         for name in ("fused", "per_trial"):
             if name in found:
                 ratios[f"{name}/plain"] = round(found["plain"]["seconds"] / found[name]["seconds"], 2)
-    print("ratios: " + ", ".join(f"{k} = {v:.2f}×" for k, v in ratios.items()))
+    print(("ratios (fastest rounds): " if args.repeats > 1 else "ratios: ")
+          + ", ".join(f"{k} = {v:.2f}×" for k, v in ratios.items()))
     report = {"workload": {"trials": len(grid), "epochs": args.epochs, "train_examples": len(splits.train_y),
                            "evaluated_examples": evaluated, "batch_size": BATCH, "dropout": args.dropout,
                            "model": f"{DEPTH} × {WIDTH} MLP", "fused_pack_size": pack, "gflop": round(flops / 1e9, 1)},
               "machine": {"cores": cores, "matmul_peak_gflops": round(peak, 1), "torch": torch.__version__,
                           "processor": platform.processor() or platform.machine()},
-              "results": found, "ratios": ratios}
+              "repeats": args.repeats, "results": found, "ratios": ratios}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"written: {args.out}")

@@ -71,20 +71,16 @@ class StackedNet(nn.Module):
 
     def _groups(self, members: list[int]) -> list[tuple[str, int, int]]:
         """Runs of members with one activation, as (name, start, end) slices of the pack."""
-        groups: list[tuple[str, int, int]] = []
-        for i, m in enumerate(members):
-            name = self.activations[m]
-            if groups and groups[-1][0] == name:
-                groups[-1] = (name, groups[-1][1], i + 1)
-            else:
-                groups.append((name, i, i + 1))
-        return groups
+        names = [self.activations[m] for m in members]
+        return [(names[start], start, end) for start, end in _runs(names)]
 
     def _activate(self, x: Tensor, members: list[int]) -> Tensor:
         groups = self._groups(members)  # one slice per activation when the pack is sorted by it
         if len(groups) == 1 and groups[0][0] not in STOCHASTIC_ACTIVATIONS:
             return _DETERMINISTIC[groups[0][0]](x)
-        parts = []
+        if all(name in _INTO for name, _, _ in groups):
+            return _GroupedActivation.apply(x, groups)
+        parts = []  # soi or lalu among several: a slice each, joined (autograd then pays a copy per slice)
         for name, start, end in groups:
             if name == "soi":
                 u = self._uniforms(x[start:end], members[start:end]) if self.training else None
@@ -135,6 +131,49 @@ class StackedNet(nn.Module):
         return x
 
 
+# Out-variants of the aten kernels that F.gelu, F.relu, F.elu, ... run forward and backward, per
+# activation: (forward(x, out), backward(grad, x, out)). Used by _GroupedActivation.
+_aten = torch.ops.aten
+_INTO: dict[str, tuple[Callable, Callable]] = {
+    "gelu": (lambda x, o: torch._C._nn.gelu(x, out=o), lambda g, x, o: _aten.gelu_backward.grad_input(g, x, grad_input=o)),
+    "gelu_tanh": (lambda x, o: torch._C._nn.gelu(x, approximate="tanh", out=o),
+                  lambda g, x, o: _aten.gelu_backward.grad_input(g, x, approximate="tanh", grad_input=o)),
+    "relu": (lambda x, o: torch.clamp_min(x, 0, out=o),
+             lambda g, x, o: _aten.threshold_backward.grad_input(g, x, 0, grad_input=o)),
+    "elu": (lambda x, o: torch._C._nn.elu(x, 1.0, 1, 1, out=o),
+            lambda g, x, o: _aten.elu_backward.grad_input(g, 1.0, 1, 1, False, x, grad_input=o)),
+    "lrelu": (lambda x, o: torch._C._nn.leaky_relu(x, 0.1, out=o),
+              lambda g, x, o: _aten.leaky_relu_backward.grad_input(g, x, 0.1, False, grad_input=o)),
+    "silu": (lambda x, o: torch._C._nn.silu(x, out=o), lambda g, x, o: _aten.silu_backward.grad_input(g, x, grad_input=o)),
+}
+
+
+class _GroupedActivation(torch.autograd.Function):
+    """Each run of members its own activation, written into one output (and one input gradient).
+
+    Slicing the runs and joining them with torch.cat costs a copy forward and, backward, a zeroed
+    full-size gradient per slice: about a fifth of a pack's training step for the paper's MLP.
+    The kernels are the ones autograd runs for each activation alone, so the values are the same
+    bit for bit (tests/workers/test_fused.py)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, groups: list[tuple[str, int, int]]) -> Tensor:
+        out = torch.empty_like(x)
+        for name, start, end in groups:
+            _INTO[name][0](x[start:end], out[start:end])
+        ctx.save_for_backward(x)
+        ctx.groups = groups
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        (x,), grad = ctx.saved_tensors, grad.contiguous()
+        grad_in = torch.empty_like(x)
+        for name, start, end in ctx.groups:
+            _INTO[name][1](grad[start:end], x[start:end], grad_in[start:end])
+        return grad_in, None
+
+
 class StackedOptimizer:
     """Adam or SGD (momentum, Nesterov, weight decay) on stacked parameters, with a per-member lr.
 
@@ -177,16 +216,19 @@ class StackedOptimizer:
         cfg, b1, b2, eps = self.cfg, 0.9, 0.999, 1e-8
         self.step_count += 1
         if cfg.optimizer == "adam":
-            # torch's fused Adam kernel (one pass over each tensor), once per member: its own lr and step.
-            # Same update as torch.optim.Adam's default: m, v, bias corrections, L2 weight decay into the gradient.
+            # torch's fused Adam kernel (one pass over each tensor), once per run of members with one lr
+            # (their steps are equal: members step together). Same update as torch.optim.Adam's default:
+            # m, v, bias corrections, L2 weight decay into the gradient.
             n = len(self.params)
-            for j, (lr, step) in enumerate(zip(self.lrs, self.steps)):
+            for step in self.steps:
                 step += 1
-                torch._fused_adam_([p[j] for p in self.params], [p.grad[j] for p in self.params],
-                                   [s["exp_avg"][j] for s in self.state], [s["exp_avg_sq"][j] for s in self.state], [],
-                                   [step] * n, amsgrad=False, lr=lr * self.factor, beta1=b1, beta2=b2,
-                                   weight_decay=cfg.weight_decay, eps=eps, maximize=False, grad_scale=None,
-                                   found_inf=None)
+            for start, end in _runs(self.lrs):
+                part = slice(start, end)
+                torch._fused_adam_([p[part] for p in self.params], [p.grad[part] for p in self.params],
+                                   [s["exp_avg"][part] for s in self.state], [s["exp_avg_sq"][part] for s in self.state],
+                                   [], [self.steps[start]] * n, amsgrad=False, lr=self.lrs[start] * self.factor,
+                                   beta1=b1, beta2=b2, weight_decay=cfg.weight_decay, eps=eps, maximize=False,
+                                   grad_scale=None, found_inf=None)
             return
         for param, state in zip(self.params, self.state):
             lr = (self.base_lr * self.factor).view(-1, *([1] * (param.dim() - 1)))
@@ -199,6 +241,12 @@ class StackedOptimizer:
                 buffer = state["momentum_buffer"]
                 grad = grad.add(buffer, alpha=cfg.momentum) if cfg.nesterov else buffer
             param.sub_(grad * lr)
+
+
+def _runs(values: list) -> list[tuple[int, int]]:
+    """(start, end) of each run of equal consecutive values."""
+    starts = [i for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
+    return list(zip(starts, starts[1:] + [len(values)]))
 
 
 def _mask_stream(seed: int, device: torch.device) -> torch.Generator:
