@@ -174,8 +174,9 @@ def main(argv: list[str] | None = None) -> dict:
                       + (f"  [round {round_}/{args.repeats}]" if args.repeats > 1 else ""), flush=True)
         ray.shutdown()
     found: dict[str, dict] = {}
-    for name, seconds in ((name, min(times)) for name, times in rounds.items()):
-        found[name] = {"seconds": seconds, "rounds": rounds[name], "trial_epochs_per_s": round(trial_epochs / seconds, 3),
+    for name, times in rounds.items():
+        seconds = min(times)
+        found[name] = {"seconds": seconds, "rounds": times, "trial_epochs_per_s": round(trial_epochs / seconds, 3),
                        "gflops": round(flops / seconds / 1e9, 1), "fraction_of_peak": round(flops / seconds / 1e9 / peak, 3)}
     ratios = {}
     if "plain" in found:

@@ -91,7 +91,7 @@ def fused_packs(points: list[dict], pack_size: int, slots: int = 1) -> list[dict
     and the points are dealt to them in turn, so each pack has the same mix of activations (a
     GELU costs more than a ReLU) and sizes that differ by one at most. Within a pack, members are
     sorted by activation and lr: one activation kernel and one Adam update per run of them."""
-    ordered = sorted(points, key=lambda p: (p["activation"], p["dropout"], p["lr"], p["seed"]))
+    ordered = sorted(points, key=lambda p: (p["activation"], p["lr"], p["dropout"], p["seed"]))
     count = -(-len(ordered) // pack_size)
     count = min(len(ordered), -(-count // slots) * slots)
     return [{"pack": ordered[k::count]} for k in range(count)]

@@ -31,7 +31,7 @@ def test_packs_are_balanced_and_sorted_by_activation():
     flat = [m for p in packs for m in p["pack"]]
     assert sorted(map(str, flat)) == sorted(map(str, points))
     for pack in [p["pack"] for p in packs]:  # each pack: its members sorted, and the same mix of activations
-        assert pack == sorted(pack, key=lambda m: (m["activation"], m["dropout"], m["lr"], m["seed"]))
+        assert pack == sorted(pack, key=lambda m: (m["activation"], m["lr"], m["dropout"], m["seed"]))
         assert {m["activation"] for m in pack} == {"relu", "gelu", "elu"}
 
 
