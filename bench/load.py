@@ -26,6 +26,7 @@ import httpx
 
 from service.jobs import dashboard_answers, ensure_ray_token
 from tests.servers import ApiServer, RayNode, free_port
+
 SWEEP = {"experiment": "mnist_classification", "quick": True,
          "overrides": {"dataset": "digits", "val_size": 200, "epochs": 1, "model.depth": 2, "model.width": 32,
                        "activation": ["gelu"], "lr": [0.01], "dropout": 0, "seeds": 1, "execution.rerun": True}}

@@ -70,8 +70,9 @@ def run_trial(config: dict, splits: Splits) -> None:
     else:
         epochs = train_epochs(TrialConfig.from_config(trial_settings(config)), splits, device,
                               resume=resume, on_state=state.update)
-    # The last two epochs reported before an interruption may not have reached the driver's MLflow
-    # logger: they are reported again (the logger skips the epochs a run already has).
+    # The last two epochs saved before an interruption may not have reached the driver's MLflow
+    # logger (the last may not have been reported at all): they are reported again (the logger
+    # skips the epochs a run already has).
     reported = list(resume.get("reported", [])) if resume else []
     for result in reported:
         tune.report(result)

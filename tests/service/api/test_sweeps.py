@@ -241,7 +241,7 @@ def test_a_dead_driver_is_replaced_and_the_sweep_resumes_where_it_stood(server):
     with server.client() as client:
         sweep = client.post("/sweeps", json=body).json()
         # Killed once the first two trials have finished and the next two have trained a while since:
-        # Tune's experiment state (a snapshot, synced to storage every few checkpoints) has caught up.
+        # Tune's experiment state (a snapshot it writes every few seconds) records the finished ones.
         before = wait_for(client, sweep["id"], lambda r: r["progress"]["trials_done"] >= 2 and any(
             t["state"] == "running" and t["epoch"] >= 40 for t in r["trials"]), timeout=300)
         _kill_driver(sweep["id"])
