@@ -83,18 +83,17 @@ class StackedNet(nn.Module):
         parts = []  # soi or lalu among several: a slice each, joined (autograd then pays a copy per slice)
         for name, start, end in groups:
             if name == "soi":
-                u = self._uniforms(x[start:end], members[start:end]) if self.training else None
+                u = self._uniforms(torch.empty_like(x[start:end]), members[start:end]) if self.training else None
                 parts.append(soi_map(x[start:end], self.training, u=u))
             else:
                 parts.append(_DETERMINISTIC[name](x[start:end]))
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
-    def _uniforms(self, like: Tensor, members: list[int], out: Tensor | None = None) -> Tensor:
-        """U[0, 1) of ``like``'s shape (or into ``out``), slice j from member j's stream."""
-        u = torch.empty_like(like) if out is None else out
+    def _uniforms(self, out: Tensor, members: list[int]) -> Tensor:
+        """``out`` filled with U[0, 1), slice j from member j's stream."""
         for j, m in enumerate(members):
-            uniform(like.shape[1:], like.device, self.generators[m], out=u[j])
-        return u
+            uniform(out.shape[1:], out.device, self.generators[m], out=out[j])
+        return out
 
     def _dropout(self, x: Tensor, members: list[int]) -> Tensor:
         rates = [self.dropouts[m] for m in members]
@@ -108,7 +107,7 @@ class StackedNet(nn.Module):
             if p == 0:
                 part.fill_(1.0)
             else:
-                self._uniforms(part, members[start:end], out=part).lt_(1.0 - p).mul_(1.0 / (1.0 - p))
+                self._uniforms(part, members[start:end]).lt_(1.0 - p).mul_(1.0 / (1.0 - p))
         return x * noise
 
     def keep(self, index: Tensor) -> None:
