@@ -7,6 +7,7 @@ names the field.
 """
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationInfo,
@@ -114,6 +115,22 @@ class Search(StrictModel):
         return value
 
 
+class Slice(StrictModel):
+    """A part of the grid, for a sweep too long for one sitting: only the grid points whose values
+    are listed here (each a subset of the spec's own axis) run. Slices of one grid, each run and
+    exported on its own, make the whole grid again (``actsweep report --from-export``)."""
+
+    activation: list[ActivationName] | None = None
+    lr: list[PositiveFloat] | None = None
+    dropout: list[float] | None = None
+    seed: list[int] | None = None
+
+    def label(self) -> str:
+        """``seed=0,1 activation=relu``; empty for the whole grid."""
+        return " ".join(f"{axis}={','.join(f'{v:g}' if isinstance(v, float) else str(v) for v in values)}"
+                        for axis, values in self.model_dump(exclude_none=True).items())
+
+
 class PaperNumber(StrictModel):
     """A number the paper reports, for the report to print beside ours."""
 
@@ -164,6 +181,8 @@ class SweepSpec(StrictModel):
     # a count (seeds 0..n-1) or explicit seeds
     seeds: Annotated[int, Field(ge=1, le=1000)] | Annotated[list[int], Field(min_length=1, max_length=1000)] = 1
 
+    slice: Slice = Slice()  # run only this part of the grid (actsweep run --slice seed=0)
+
     protocol: Protocol = Protocol()
     claims: list[str] = []
     paper_numbers: list[PaperNumber] = []
@@ -204,6 +223,16 @@ class SweepSpec(StrictModel):
             cls._dropout_in_unit_interval(rates)
         return value
 
+    @field_validator("eval_noise")
+    @classmethod
+    def _noise_levels_name_distinct_metrics(cls, value: list[float]) -> list[float]:
+        # each level a is logged as test_error_noise_<%g of a>: two levels must not share a name
+        names = [f"{a:g}" for a in value]
+        if len(set(names)) != len(names) or not all(math.isfinite(a) and a <= 1e6 for a in value):
+            raise ValueError(f"eval_noise: distinct finite levels in [0, 1e6], each a metric test_error_noise_<a> "
+                             f"(got {', '.join(names)})")
+        return value
+
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, value):
@@ -211,9 +240,30 @@ class SweepSpec(StrictModel):
             raise ValueError("seeds: a positive count or a list of distinct integers in [0, 2^32)")
         return value
 
+    @field_validator("slice")
+    @classmethod
+    def _slice_within_the_grid(cls, value: Slice, info: ValidationInfo) -> Slice:
+        seeds = info.data.get("seeds")
+        axes = {"activation": info.data.get("activation"), "lr": info.data.get("lr"),
+                "dropout": [*info.data.get("dropout", []), *(d for rates in info.data.get("dropout_for", {}).values()
+                                                              for d in rates)],
+                "seed": list(range(seeds)) if isinstance(seeds, int) else seeds}
+        for axis, values in value.model_dump(exclude_none=True).items():
+            outside = [v for v in values if axes[axis] is not None and v not in axes[axis]]
+            if outside or not values:
+                raise ValueError(f"slice.{axis}: values of the spec's own {axis} axis "
+                                 f"({', '.join(map(str, axes[axis] or []))}); got {', '.join(map(str, values)) or 'none'}")
+        return value
+
     @property
     def seed_list(self) -> list[int]:
-        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+        """The seeds this sweep runs (its slice's, if it has one)."""
+        seeds = list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+        return [s for s in seeds if self.slice.seed is None or s in self.slice.seed]
+
+    def unsliced(self) -> "SweepSpec":
+        """The whole grid this sweep's slice belongs to."""
+        return self.model_copy(update={"slice": Slice()})
 
     @property
     def trial_count(self) -> int:
@@ -223,7 +273,9 @@ class SweepSpec(StrictModel):
 
     def searched_pairs(self) -> list[tuple[str, float]]:
         """The (activation, dropout) pairs; with ``search``, each gets its own lr search."""
-        return [(a, d) for a in self.activation for d in self.dropouts_of(a)]
+        return [(a, d) for a in self.activation for d in self.dropouts_of(a)
+                if (self.slice.activation is None or a in self.slice.activation)
+                and (self.slice.dropout is None or d in self.slice.dropout)]
 
     def dropouts_of(self, activation: str) -> list[float]:
         return self.dropout_for.get(activation, self.dropout)
@@ -234,7 +286,8 @@ class SweepSpec(StrictModel):
         if self.search:
             return []
         return [{"activation": a, "dropout": d, "lr": lr, "seed": seed}
-                for a, d in self.searched_pairs() for lr in self.lr for seed in self.seed_list]
+                for a, d in self.searched_pairs() for lr in self.lr for seed in self.seed_list
+                if self.slice.lr is None or lr in self.slice.lr]
 
     def trial_base(self) -> dict:
         """The settings every trial of the sweep shares (the grid point is added per trial)."""

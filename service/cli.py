@@ -36,6 +36,8 @@ def cmd_experiments(args) -> int:
 def cmd_run(args) -> int:
     settings = get_settings()
     overrides = parse_set_options(args.set or [])
+    for axis, values in parse_set_options(args.slice or []).items():
+        overrides[f"slice.{axis}"] = values if isinstance(values, list) else [values]
     if args.rerun:
         overrides["execution.rerun"] = True
     spec = load_spec(args.experiment, quick=args.quick, overrides=overrides)
@@ -46,7 +48,8 @@ def cmd_run(args) -> int:
     splits = load_splits(spec, settings)
     console = Console(stderr=True, soft_wrap=True)
     sweep_id = new_sweep_id()
-    console.print(f"[bold]{spec.name}[/] sweep {sweep_id}{' (quick)' if args.quick else ''}: "
+    part = f" slice {spec.slice.label()}" if spec.slice.label() else ""
+    console.print(f"[bold]{spec.name}[/] sweep {sweep_id}{' (quick)' if args.quick else ''}{part}: "
                   f"{len(spec.activation)} activations × {len(spec.lr)} lrs × {len(spec.dropout)} dropouts × "
                   f"{len(spec.seed_list)} seeds = {spec.trial_count} trials of {spec.epochs} epochs on {spec.dataset} "
                   f"({splits.sizes()['train']} training examples, from {splits.source})")
@@ -119,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quick", action="store_true", help="the spec's quick variant (minutes on 2 CPU cores)")
     run.add_argument("--set", action="append", metavar="NAME=VALUE",
                      help="override a spec field; a comma list replaces a grid axis (repeatable)")
+    run.add_argument("--slice", action="append", metavar="AXIS=VALUES",
+                     help="run only part of the grid, e.g. seed=0 or activation=relu,elu (repeatable); "
+                          "combine the parts with `actsweep report --from-export`")
     run.add_argument("--name", help="a name for the sweep's MLflow parent run")
     run.add_argument("--json", action="store_true", help='end with one JSON object {"sweep_id", "results"}')
     run.add_argument("--rerun", action="store_true",

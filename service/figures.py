@@ -26,7 +26,7 @@ from service.aggregate import SweepResults
 from service.paper_table import reported_rows
 
 ARTIFACT_DIR = "figures"
-NOISE = re.compile(r"test_(error|loss)_noise_([0-9.]+)")
+NOISE = re.compile(r"test_(error|loss)_noise_([0-9.e+-]+)")
 UNIT_ACTIVATION = re.compile(r"median_unit_activation_(\d+)")
 MAX_LAYER_PANELS = 8
 

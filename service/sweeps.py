@@ -120,7 +120,8 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     sweep_tags = {"sweep_id": sweep_id, "experiment": spec.name}
     parent_tags = {**sweep_tags, "quick": str(quick).lower(), "data_source": splits.source,
                    "select_lr_by": spec.protocol.select_lr_by, "headline_metric": spec.protocol.headline_metric,
-                   "code_version": code_version(), "hardware": hardware()}
+                   "code_version": code_version(), "hardware": hardware(),
+                   **({"slice": spec.slice.label()} if spec.slice.label() else {})}
     params = {**flatten(spec.trial_base()), "trials": spec.trial_count, **{f"data.{k}": v for k, v in splits.sizes().items()}}
     parent_run_id = resume_parent_run_id or start_parent_run(client, exp_id, name or f"{spec.name}-{sweep_id}",
                                                              parent_tags, params, spec.model_dump(mode="json"))

@@ -30,7 +30,8 @@ from torch import Tensor, nn
 from workers.activations import STOCHASTIC_ACTIVATIONS, Activation, _DETERMINISTIC, soi_map, uniform
 from workers.models import build_model
 from workers.splits import Splits
-from workers.train import EVAL_BATCH, STATS_EXAMPLES, TrialConfig, lr_factor
+from workers.train import (EVAL_BATCH, STATS_EXAMPLES, TrialConfig, at_best_val, lr_factor, noise_metric,
+                           unit_activation_medians)
 
 FUSABLE_KINDS = ("mlp", "autoencoder")
 # Settings that must be equal across a pack's members (the rest may differ: activation, lr, dropout, seed).
@@ -379,11 +380,10 @@ def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | s
                        "test_loss": evaluated["test"][0][j], "test_error": evaluated["test"][1][j]}
             if metrics[select_on] < best_val[m]:
                 best_val[m] = metrics[select_on]
-                best[m] = {"best_val_epoch": epoch, "test_loss_at_best_val": metrics["test_loss"],
-                           "test_error_at_best_val": metrics["test_error"]}
+                best[m] = at_best_val(epoch, metrics)
             metrics.update(best[m])
             if stats is not None:
-                metrics.update({f"median_unit_activation_{k}": v[j] for k, v in enumerate(stats, start=1)})
+                metrics.update(unit_activation_medians([layer[j] for layer in stats]))
             metrics.update({key: values[j] for key, values in noise.items()})
             metrics["diverged"] = 0
             metrics["epoch_seconds"] = seconds  # the pack's epoch: members share it
@@ -396,13 +396,14 @@ def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | s
 
 
 @torch.no_grad()
-def _unit_activations(net: StackedNet, members: list[int], x: Tensor) -> list[list[float]]:
-    """Per layer, per member: workers.train.median_unit_activations."""
+def _unit_activations(net: StackedNet, members: list[int], x: Tensor) -> list[Tensor]:
+    """Per layer: each member's units' mean activations (P, units), for
+    workers.train.unit_activation_medians."""
     outputs: list[Tensor] = []
     net.eval()
     net(x, members, collect=outputs)
     net.train()
-    return [out.mean(dim=1).median(dim=1).values.tolist() for out in outputs]
+    return [out.mean(dim=1) for out in outputs]
 
 
 @torch.no_grad()
@@ -414,5 +415,5 @@ def _noise_robustness(net: StackedNet, members: list[int], cfgs: list[TrialConfi
     for a in cfgs[0].eval_noise:
         noise = torch.stack([torch.rand(x.shape, generator=g) * 2 - 1 for g in generators]).to(x.device) * a
         loss, error = evaluate_pack(net, members, x.unsqueeze(0) + noise, y, cfgs[0].task)
-        found[f"test_loss_noise_{a:.2f}"], found[f"test_error_noise_{a:.2f}"] = loss, error
+        found[noise_metric("loss", a)], found[noise_metric("error", a)] = loss, error
     return found

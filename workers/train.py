@@ -125,9 +125,10 @@ def evaluate(model: nn.Module, x: Tensor, y: Tensor, task: str = "classify") -> 
 
 
 @torch.no_grad()
-def median_unit_activations(model: nn.Module, x: Tensor) -> list[float]:
-    """ELU paper §4.1: per activation layer, the median over units of each unit's average
-    activation on ``x`` (eval mode)."""
+def median_unit_activations(model: nn.Module, x: Tensor) -> dict[str, float]:
+    """ELU paper §4.1.1, Fig. 2: each unit's average activation on ``x`` (eval mode), then the
+    median over all units of the network (``median_unit_activation``, the figure's curve) and
+    over each layer's units (``median_unit_activation_<layer>``)."""
     layers = [m for m in model.modules() if isinstance(m, Activation)]
     outputs: list[Tensor] = []
     hooks = [layer.register_forward_hook(lambda _m, _i, out: outputs.append(out)) for layer in layers]
@@ -139,7 +140,26 @@ def median_unit_activations(model: nn.Module, x: Tensor) -> list[float]:
         for hook in hooks:
             hook.remove()
         model.train(was_training)
-    return [out.flatten(1).mean(dim=0).median().item() for out in outputs]
+    return unit_activation_medians([out.flatten(1).mean(dim=0) for out in outputs])
+
+
+def unit_activation_medians(unit_means: list[Tensor]) -> dict[str, float]:
+    """``unit_means``: per layer, each unit's mean activation (units on the last dimension)."""
+    found = {"median_unit_activation": torch.cat([m.reshape(-1) for m in unit_means]).median().item()}
+    found.update({f"median_unit_activation_{i}": m.median().item() for i, m in enumerate(unit_means, start=1)})
+    return found
+
+
+def noise_metric(kind: str, level: float) -> str:
+    """``test_error_noise_0.25``: the metric of the test set plus Unif[−a, a] noise (``%g`` of a)."""
+    return f"test_{kind}_noise_{level:g}"
+
+
+def at_best_val(epoch: int, metrics: dict) -> dict:
+    """The epoch of the lowest validation error (loss, when reconstructing) and the validation
+    and test metrics at it (GELU paper §3.4: test error at the lowest validation error)."""
+    return {"best_val_epoch": epoch,
+            **{f"{k}_at_best_val": metrics[k] for k in ("val_loss", "val_error", "test_loss", "test_error")}}
 
 
 def rng_states(device: torch.device) -> dict:
@@ -166,8 +186,9 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
     optimiser); ``train_loss_eval``/``train_error_eval``, the training set in eval mode, which is
     what the GELU paper's code reported when dropout or SOI is on (measured for every trial so
     that all rows compare the same quantity); ``val_loss``/``val_error``; ``test_loss``/``test_error``;
-    ``best_val_epoch`` and the test metrics at that epoch (GELU paper §3.4: "test error at the
-    lowest validation error"). With ``activation_stats``: ``median_unit_activation_<layer>``. With
+    ``best_val_epoch`` and the validation and test metrics at that epoch (``*_at_best_val``; GELU
+    paper §3.4: "test error at the lowest validation error"). With ``activation_stats``:
+    ``median_unit_activation`` (over all units) and ``median_unit_activation_<layer>``. With
     ``eval_noise``, after the last epoch: ``test_error_noise_<a>`` and ``test_loss_noise_<a>``.
     A non-finite training loss ends the trial with ``diverged = 1``.
     """
@@ -222,12 +243,10 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
         metrics["test_loss"], metrics["test_error"] = evaluate(model, test_x, test_y, cfg.task)
         if metrics[select_on] < best_val:
             best_val = metrics[select_on]
-            best = {"best_val_epoch": epoch, "test_loss_at_best_val": metrics["test_loss"],
-                    "test_error_at_best_val": metrics["test_error"]}
+            best = at_best_val(epoch, metrics)
         metrics.update(best)
         if cfg.activation_stats:
-            stats = median_unit_activations(model, train_x[:STATS_EXAMPLES])
-            metrics.update({f"median_unit_activation_{i}": v for i, v in enumerate(stats, start=1)})
+            metrics.update(median_unit_activations(model, train_x[:STATS_EXAMPLES]))
         if epoch == cfg.epochs:
             metrics.update(noise_robustness(model, test_x, test_y, cfg.eval_noise, cfg.seed, cfg.task))
         metrics["diverged"] = 0
@@ -247,5 +266,5 @@ def noise_robustness(model: nn.Module, x: Tensor, y: Tensor, levels, seed: int,
     for a in levels:
         noise = (torch.rand(x.shape, generator=generator) * 2 - 1).to(x.device) * a
         loss, error = evaluate(model, x + noise, y, task)
-        found[f"test_loss_noise_{a:.2f}"], found[f"test_error_noise_{a:.2f}"] = loss, error
+        found[noise_metric("loss", a)], found[noise_metric("error", a)] = loss, error
     return found

@@ -8,7 +8,7 @@ def test_mnist_classification_carries_the_papers_settings():
     assert (spec.model.depth, spec.model.width, spec.model.init) == (8, 128, "unit_norm_rows")
     assert (spec.optimizer, spec.epochs, spec.batch_size, spec.val_size) == ("adam", 50, 128, 5000)
     assert spec.lr == [1e-3, 1e-4, 1e-5] and spec.dropout == [0.0, 0.5]
-    assert spec.activation == ["gelu", "relu", "elu"] and spec.seed_list == [0, 1, 2, 3, 4]
+    assert spec.activation == ["gelu_tanh", "relu", "elu"] and spec.seed_list == [0, 1, 2, 3, 4]
     assert spec.trial_count == 3 * 3 * 2 * 5
     assert spec.protocol.aggregate == "median" and spec.protocol.select_lr_by == "val_loss"
 
@@ -101,7 +101,7 @@ def test_soi_runs_without_dropout_while_the_others_tune_it():
 
 def test_specs_carry_the_papers_numbers_and_protocols():
     twitter = load_spec("twitter_pos")
-    assert {(n.activation, n.value) for n in twitter.paper_numbers} == {("gelu", 0.1257), ("relu", 0.1267), ("elu", 0.1291)}
+    assert {(n.activation, n.value) for n in twitter.paper_numbers} == {("gelu_tanh", 0.1257), ("relu", 0.1267), ("elu", 0.1291)}
     timit = load_spec("timit")
     assert timit.protocol.report_epoch == "best_val_epoch" and (timit.model.depth, timit.model.width) == (5, 2048)
     cifar = load_spec("cifar10_shallow")
@@ -110,3 +110,35 @@ def test_specs_carry_the_papers_numbers_and_protocols():
     assert wrn.nesterov and wrn.schedule.kind == "cosine" and wrn.schedule.t0 == 50 and wrn.dropout == [0.3]
     elu = load_spec("elu_mnist_learning")
     assert elu.activation_stats and elu.optimizer == "sgd" and elu.model.init == "he" and elu.lr == [0.01]
+
+
+def test_the_gelu_papers_experiments_use_its_tanh_approximation():
+    # GELU paper: "we use the approximation 0.5x(1 + tanh[...]) in every experiment"
+    for name in sorted(ALL_EXPERIMENTS):
+        spec = load_spec(name)
+        if spec.paper != "gelu":
+            continue
+        assert "gelu" not in spec.activation, name
+        assert "gelu" not in {n.activation for n in spec.paper_numbers}, name
+        if "soi" not in spec.activation:
+            assert "gelu_tanh" in spec.activation, name
+
+
+def test_mnist_7layer_is_the_earlier_versions_protocol():
+    spec = load_spec("mnist_7layer")
+    assert (spec.model.depth, spec.model.width, spec.model.init) == (7, 128, "unit_norm_rows")
+    assert (spec.optimizer, spec.lr, spec.batch_size, spec.epochs) == ("adam", [1e-3], 128, 50)
+    assert spec.dropout == [0.0] and spec.seed_list == [0, 1, 2, 3, 4] and spec.trial_count == 15
+
+
+def test_robustness_evaluates_the_figure_2_classifiers_themselves():
+    # Figure 3 is the no-dropout classifiers of Figure 2: same training settings, same noise levels,
+    # so mnist_robustness's trials are a subset of mnist_classification's (the same trial keys).
+    fig2, fig3 = load_spec("mnist_classification"), load_spec("mnist_robustness")
+    assert fig2.trial_base() | {"experiment": ""} == fig3.trial_base() | {"experiment": ""}
+    assert {tuple(p.values()) for p in fig3.grid_points()} <= {tuple(p.values()) for p in fig2.grid_points()}
+
+
+def test_noise_levels_must_name_distinct_metrics():
+    with pytest.raises(SpecError, match="eval_noise: distinct finite levels"):
+        load_spec("mnist_robustness", overrides={"eval_noise": [0.25, 0.2500000001]})

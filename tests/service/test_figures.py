@@ -28,8 +28,8 @@ def store(tmp_path_factory):
                        "test_error": base / epoch, "median_unit_activation_1": 0.1 * epoch,
                        "median_unit_activation_2": -0.1 * epoch}
             if epoch == 3:
-                metrics.update({f"test_error_noise_{a:.2f}": base + a / 4 for a in (0.0, 0.5, 1.0)})
-                metrics.update({f"test_loss_noise_{a:.2f}": base + a for a in (0.0, 0.5, 1.0)})
+                metrics.update({f"test_error_noise_{a:g}": base + a / 4 for a in (0.0, 0.5, 1.0)})
+                metrics.update({f"test_loss_noise_{a:g}": base + a for a in (0.0, 0.5, 1.0)})
             results.append(metrics)
         log_trial(logger, f"t{n}", {"activation": activation, "lr": 1e-3, "dropout": 0.0, "seed": seed}, results)
     return uri

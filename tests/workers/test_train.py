@@ -67,9 +67,9 @@ def test_noise_of_zero_reproduces_the_clean_test_metrics(digits):
     cfg = TrialConfig(activation="gelu", lr=3e-3, dropout=0.0, seed=0, epochs=2, batch_size=64, model=SMALL_MLP,
                       eval_noise=(0.0, 1.0, 3.0))
     last = list(train_epochs(cfg, digits))[-1]
-    assert last["test_error_noise_0.00"] == last["test_error"]
-    assert last["test_loss_noise_0.00"] == pytest.approx(last["test_loss"], rel=1e-6)
-    assert last["test_loss_noise_3.00"] > last["test_loss_noise_1.00"] > last["test_loss"]
+    assert last["test_error_noise_0"] == last["test_error"]
+    assert last["test_loss_noise_0"] == pytest.approx(last["test_loss"], rel=1e-6)
+    assert last["test_loss_noise_3"] > last["test_loss_noise_1"] > last["test_loss"]
 
 
 def test_median_unit_activation_matches_a_hand_computation():
@@ -89,15 +89,17 @@ def test_median_unit_activation_matches_a_hand_computation():
     # layer 1: relu([[1, -2, -1], [3, 1, 4]]) = [[1, 0, 0], [3, 1, 4]]; unit means (2, 0.5, 2), median 2
     # layer 2: pre = [[1, 0], [2, -4]]; elu → [[1, 0], [2, e^-4 - 1]]; unit means (1.5, (e^-4 - 1)/2), median of two
     #          values is the lower one in torch: (e^-4 - 1) / 2
+    # all five units (ELU Fig. 2's curve): (2, 0.5, 2, 1.5, (e^-4 - 1)/2), median 1.5
     expected_2 = (np.exp(-4.0) - 1) / 2
-    assert median_unit_activations(net, x) == pytest.approx([2.0, expected_2])
+    assert median_unit_activations(net, x) == pytest.approx(
+        {"median_unit_activation": 1.5, "median_unit_activation_1": 2.0, "median_unit_activation_2": expected_2})
 
 
 def test_activation_stats_are_logged_per_layer(digits):
     cfg = TrialConfig(activation="elu", lr=0.01, dropout=0.0, seed=0, epochs=1, batch_size=64, optimizer="sgd",
                       model={**SMALL_MLP, "init": "he"}, activation_stats=True)
     last = list(train_epochs(cfg, digits))[-1]
-    assert {"median_unit_activation_1", "median_unit_activation_2"} <= set(last)
+    assert {"median_unit_activation", "median_unit_activation_1", "median_unit_activation_2"} <= set(last)
 
 
 def test_best_val_epoch_carries_that_epochs_test_error(digits):
