@@ -138,7 +138,21 @@ class PaperNumber(StrictModel):
     metric: str
     value: float
     dropout: float | None = None
+    dataset: DatasetName | None = None  # where one spec runs on several datasets (ELU §4.3: CIFAR-10 and -100)
     note: str = ""
+
+
+class RankingClaim(StrictModel):
+    """An ordering the paper claims, often only in a figure: ``best`` does better on ``metric`` than
+    every other activation of the sweep. The report gives a verdict per pair (service.paper_table)."""
+
+    text: str = ""
+    best: ActivationName
+    metric: str | None = None  # default: protocol.headline_metric; lower is better
+    # final: each trial's last value; mean_over_epochs: the mean of its curve (lower all along, "faster")
+    over: Literal["final", "mean_over_epochs"] = "final"
+    closer_to_zero: bool = False  # compare |value| (ELU Fig. 2: mean activations close to zero)
+    at_every_lr: bool = False  # a pair at every lr of the grid (one panel per lr), not at the lr chosen on validation
 
 
 class SweepSpec(StrictModel):
@@ -184,7 +198,8 @@ class SweepSpec(StrictModel):
     slice: Slice = Slice()  # run only this part of the grid (actsweep run --slice seed=0)
 
     protocol: Protocol = Protocol()
-    claims: list[str] = []
+    claims: list[str] = []  # the paper's words, shown in the report
+    ranking_claims: list[RankingClaim] = []  # the orderings among them that the report checks
     paper_numbers: list[PaperNumber] = []
     execution: Execution = Execution()
 

@@ -1,13 +1,26 @@
-"""The aggregator: a sweep's trial runs read back from MLflow, medians over seeds, lr chosen
-on validation (GELU paper §3: "we report the median over runs"; lr tuned on held-out data)."""
+"""The aggregator: a sweep's trial runs, medians over seeds, lr chosen on validation (GELU paper §3:
+"we report the median over runs"; lr tuned on held-out data).
+
+The runs come from the MLflow store (:func:`sweep_results`) or from exported files
+(service.exports); everything after that is the same code on a table of runs:
+
+- a diverged seed (its loss became NaN or inf) is left out of the medians and out of the lr
+  choice, and ``n_diverged`` counts it; a configuration where most seeds diverged is never chosen;
+- with ``protocol.report_epoch: best_val_epoch`` (GELU paper §3.4, TIMIT) the lr is chosen on each
+  trial's lowest validation error over its epochs, and the reported number is the test error at
+  that epoch (``test_error_at_best_val``, with ``best_val_epoch``);
+- derived per-trial values that the paper's figures compare: the mean over noise levels of the
+  robustness curves (Fig. 3), and a metric's mean over epochs where a claim compares whole curves.
+"""
 from __future__ import annotations
 
 import json
 import os
 import re
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
-from dataclasses import dataclass
+from typing import Callable
 
 import pandas as pd
 from mlflow.entities import ViewType
@@ -17,7 +30,16 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar 
 
 FINAL_METRICS = ("train_loss", "train_loss_eval", "train_error_eval", "val_loss", "val_error",
                  "test_loss", "test_error")
+AT_BEST_METRICS = ("best_val_epoch", "val_loss_at_best_val", "val_error_at_best_val", "test_loss_at_best_val",
+                   "test_error_at_best_val")
+NOISE_MEANS = ("test_error_noise_mean", "test_loss_noise_mean")
+NOISE = re.compile(r"test_(error|loss)_noise_([0-9.e+-]+)")
 CONFIG = ["activation", "dropout", "lr"]
+RUN_COLUMNS = ["run_id", "status", "phase", *CONFIG, "seed", "diverged"]
+
+# (runs, metric names) → long table (run_id, activation, dropout, lr, seed, phase, metric, epoch, value)
+Histories = Callable[[pd.DataFrame, list[str]], pd.DataFrame]
+HISTORY_COLUMNS = ["run_id", "activation", "dropout", "lr", "seed", "phase", "metric", "epoch", "value"]
 
 
 class SweepNotFound(LookupError):
@@ -26,23 +48,125 @@ class SweepNotFound(LookupError):
 
 @dataclass
 class SweepResults:
-    sweep_id: str
+    sweep_id: str  # one sweep's id, or the ids of the exports a report was built from, joined by "+"
     experiment: str
     parent_run_id: str
     experiment_id: str
-    select_lr_by: str
+    select_lr_by: str  # the column the lr is chosen by (val_loss, val_error, or val_error_at_best_val)
     headline_metric: str
     spec: dict  # the resolved spec the sweep ran (the parent run's spec.json)
-    runs: pd.DataFrame  # one row per trial run
+    runs: pd.DataFrame  # one row per trial run: its grid point, status, final and derived metrics
     table: pd.DataFrame  # one row per (activation, dropout, lr) of the grid: medians over seeds
     retrained: pd.DataFrame  # protocol retrain_on_full: medians of the chosen configs trained on all data
-    tags: dict  # the parent run's tags: provenance (code_version, hardware, data_source, quick)
+    tags: dict  # the parent run's tags: provenance (code_version, hardware, data_source, quick, slice)
+    histories: Histories = field(repr=False, default=None)  # per-epoch values, for figures and curve claims
+    sources: list[dict] = field(default_factory=list)  # exports a report was built from: sweep, slice, code, machine
 
     def rows(self, table: pd.DataFrame | None = None) -> list[dict]:
         """The grid table (or another of these tables) as JSON-ready rows (NaN → None)."""
         table = self.table if table is None else table
         return table.astype(object).where(table.notna(), None).to_dict(orient="records")
 
+
+# -- the protocol, on a table of runs -----------------------------------------------------------------
+
+def selection_metric(protocol: dict) -> str:
+    """What the lr is chosen by: the validation metric at the last epoch, or at each trial's best
+    epoch when the reported number is taken there (``report_epoch: best_val_epoch``)."""
+    select_by = protocol.get("select_lr_by", "val_loss")
+    return f"{select_by}_at_best_val" if protocol.get("report_epoch") == "best_val_epoch" else select_by
+
+
+def median_over_seeds(runs: pd.DataFrame, phase: str = "grid", metrics: list[str] | None = None) -> pd.DataFrame:
+    """Per (activation, dropout, lr): the median of each metric over the finished seeds that did not
+    diverge; ``n_seeds`` counts those seeds, ``n_diverged`` the seeds that diverged."""
+    finished = runs[(runs["status"] == "FINISHED") & (runs["phase"] == phase)]
+    metrics = [m for m in (metrics or FINAL_METRICS) if m in finished]
+    healthy = finished[~finished["diverged"].astype(bool)]
+    table = healthy.groupby(CONFIG, sort=True)[metrics].median()
+    table["n_seeds"] = healthy.groupby(CONFIG)["seed"].nunique()
+    # every configuration stays in the table, even one whose seeds all diverged (it reads "diverged")
+    configs = finished.groupby(CONFIG, sort=True)
+    table = table.reindex(configs.size().index)
+    table["n_seeds"] = table["n_seeds"].fillna(0).astype(int)
+    table["n_diverged"] = configs["diverged"].sum().astype(int)
+    return table.reset_index()
+
+
+def mostly_diverged(table: pd.DataFrame) -> pd.Series:
+    """Configurations where more than half of the finished seeds diverged."""
+    return table["n_diverged"] > table["n_seeds"]
+
+
+def choose_lr_on_validation(table: pd.DataFrame, by: str = "val_loss") -> pd.DataFrame:
+    """Mark, per (activation, dropout), the lr with the best median validation metric.
+
+    Test metrics are never looked at here: the choice is the paper's, made on held-out data. A
+    configuration where most seeds diverged is never chosen, however good its surviving seeds.
+    """
+    table = table.copy()
+    table["lr_chosen"] = False
+    eligible = table[~mostly_diverged(table)].dropna(subset=[by]) if by in table else table.iloc[0:0]
+    best = eligible.groupby(["activation", "dropout"])[by].idxmin()
+    table.loc[best.values, "lr_chosen"] = True
+    return table
+
+
+def with_derived_metrics(runs: pd.DataFrame, spec: dict, histories: Histories | None) -> pd.DataFrame:
+    """``runs`` with the per-trial values the paper's figures compare: the robustness curves'
+    mean over noise levels (GELU Fig. 3), and for each ranking claim on whole curves the metric's
+    mean over epochs (and its absolute value where the claim is "closer to zero")."""
+    runs = runs.copy()
+    for kind, column in zip(("error", "loss"), NOISE_MEANS):
+        levels = [c for c in runs.columns if (m := NOISE.fullmatch(c)) and m.group(1) == kind]
+        if levels:
+            runs[column] = runs[levels].mean(axis=1)
+    headline = spec.get("protocol", {}).get("headline_metric", "test_error")
+    for claim in spec.get("ranking_claims", []):
+        metric, column = claim.get("metric") or headline, claim_column(claim, headline)
+        source = column.removeprefix("abs_")
+        if source != metric and source not in runs and histories is not None and len(runs):  # a curve's mean
+            runs[source] = runs["run_id"].map(histories(runs, [metric]).groupby("run_id")["value"].mean())
+        if column != source and source in runs:
+            runs[column] = runs[source].abs()
+    return runs
+
+
+def table_metrics(runs: pd.DataFrame, spec: dict) -> list[str]:
+    """The metrics the grid table gives medians of: the final ones, those at the best validation
+    epoch, the noise means, and whatever the headline and the claims compare."""
+    protocol = spec.get("protocol", {})
+    headline = protocol.get("headline_metric", "test_error")
+    claimed = [claim_column(c, headline) for c in spec.get("ranking_claims", [])]
+    wanted = [*FINAL_METRICS, *AT_BEST_METRICS, *NOISE_MEANS, headline, *claimed]
+    return [m for m in dict.fromkeys(wanted) if m in runs]
+
+
+def claim_column(claim: dict, headline: str) -> str:
+    """The per-trial value a ranking claim compares (a column of the runs): the metric, its mean
+    over epochs, or the absolute value of either."""
+    name = claim.get("metric") or headline
+    name = f"{name}_mean_over_epochs" if claim.get("over") == "mean_over_epochs" else name
+    return f"abs_{name}" if claim.get("closer_to_zero") else name
+
+
+def results_from_runs(runs: pd.DataFrame, spec: dict, tags: dict, histories: Histories | None, *,
+                      sweep_id: str, parent_run_id: str = "", experiment_id: str = "",
+                      sources: list[dict] | None = None) -> SweepResults:
+    """The aggregated results of a table of runs (one row per trial run, see RUN_COLUMNS)."""
+    protocol = spec.get("protocol", {})
+    select_by = selection_metric(protocol) if spec else tags.get("select_lr_by", "val_loss")
+    runs = with_derived_metrics(runs, spec, histories)
+    runs = runs.assign(**{m: float("nan") for m in FINAL_METRICS if m not in runs})  # every table has these columns
+    metrics = table_metrics(runs, spec)
+    table = choose_lr_on_validation(median_over_seeds(runs, metrics=metrics), by=select_by)
+    return SweepResults(sweep_id, tags.get("experiment", spec.get("name", "")), parent_run_id, experiment_id,
+                        select_by, protocol.get("headline_metric", tags.get("headline_metric", "test_error")), spec,
+                        runs, table, median_over_seeds(runs, phase="retrain", metrics=metrics), dict(tags),
+                        histories, sources or [])
+
+
+# -- from the MLflow store ------------------------------------------------------------------------------
 
 def search_runs(client: MlflowClient, filter_string: str) -> list:
     """Every run in any experiment of the store that matches ``filter_string`` (all pages)."""
@@ -74,37 +198,28 @@ def trial_runs(client: MlflowClient, sweep_id: str) -> pd.DataFrame:
             "run_id": run.info.run_id, "status": run.info.status, "phase": tags.get("phase", "grid"),
             "activation": tags["activation"], "dropout": float(tags["dropout"]),
             "lr": float(tags["lr"]), "seed": int(tags["seed"]),
-            "diverged": tags.get("diverged") == "true",
-            **{m: float("nan") for m in FINAL_METRICS}, **metrics,
+            "diverged": tags.get("diverged") == "true", **metrics,
         })
-    columns = ["run_id", "status", "phase", *CONFIG, "seed", "diverged", *FINAL_METRICS]
-    extra = sorted({k for row in rows for k in row} - set(columns))  # headline metrics such as test_error_at_best_val
-    return pd.DataFrame(rows, columns=columns + extra)
+    return pd.DataFrame(rows, columns=RUN_COLUMNS + sorted({k for row in rows for k in row} - set(RUN_COLUMNS)))
 
 
-def median_over_seeds(runs: pd.DataFrame, phase: str = "grid") -> pd.DataFrame:
-    """Per (activation, dropout, lr): the median of each final metric over the finished seeds."""
-    finished = runs[(runs["status"] == "FINISHED") & (runs["phase"] == phase)]
-    grouped = finished.groupby(CONFIG, sort=True)
-    table = grouped[[m for m in FINAL_METRICS if m in finished]].median()
-    table["n_seeds"] = grouped["seed"].nunique()
-    table["n_diverged"] = grouped["diverged"].sum().astype(int)
-    return table.reset_index()
+def mlflow_histories(client: MlflowClient) -> Histories:
+    """Per-epoch values of the given metrics of the given runs, read from the MLflow store."""
+
+    def histories(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+        rows = []
+        for run in runs.itertuples():
+            for key in keys:
+                for m in client.get_metric_history(run.run_id, key):
+                    rows.append((run.run_id, run.activation, run.dropout, run.lr, run.seed, run.phase, key, m.step,
+                                 m.value))
+        return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
+
+    return histories
 
 
-def choose_lr_on_validation(table: pd.DataFrame, by: str = "val_loss") -> pd.DataFrame:
-    """Mark, per (activation, dropout), the lr with the best median validation metric.
-
-    Test metrics are never looked at here: the choice is the paper's, made on held-out data.
-    """
-    table = table.copy()
-    table["lr_chosen"] = False
-    best = table.dropna(subset=[by]).groupby(["activation", "dropout"])[by].idxmin()
-    table.loc[best.values, "lr_chosen"] = True
-    return table
-
-
-def _spec(client: MlflowClient, run_id: str) -> dict:
+def parent_spec(client: MlflowClient, run_id: str) -> dict:
+    """The resolved spec a sweep ran, as logged with its parent run (``spec.json``)."""
     with tempfile.TemporaryDirectory() as folder:
         try:
             return json.loads(Path(client.download_artifacts(run_id, "spec.json", folder)).read_text())
@@ -116,11 +231,6 @@ def sweep_results(tracking_uri: str, sweep_id: str) -> SweepResults:
     """Everything the report needs about a sweep, read from the MLflow store."""
     client = MlflowClient(tracking_uri)
     parent = find_parent_run(client, sweep_id)
-    tags = parent.data.tags
-    runs = trial_runs(client, sweep_id)
-    select_by = tags.get("select_lr_by", "val_loss")
-    table = choose_lr_on_validation(median_over_seeds(runs), by=select_by)
-    return SweepResults(sweep_id, tags.get("experiment", ""), parent.info.run_id, parent.info.experiment_id,
-                        select_by, tags.get("headline_metric", "test_error"), _spec(client, parent.info.run_id),
-                        runs, table,
-                        median_over_seeds(runs, phase="retrain"), dict(tags))
+    return results_from_runs(trial_runs(client, sweep_id), parent_spec(client, parent.info.run_id), parent.data.tags,
+                             mlflow_histories(client), sweep_id=sweep_id, parent_run_id=parent.info.run_id,
+                             experiment_id=parent.info.experiment_id)

@@ -1,4 +1,4 @@
-"""The ``actsweep`` command line: experiments, run, report, serve."""
+"""The ``actsweep`` command line: experiments, run, report, export, bench, serve."""
 from __future__ import annotations
 
 import argparse
@@ -11,11 +11,12 @@ from rich.table import Table
 
 from search_spaces import SpecError, catalog, load_spec, parse_set_options
 from service.aggregate import SweepNotFound, sweep_results
+from service.exports import ExportError
 from service.report import FORMATS, render
 from service.settings import get_settings
 from workers.datasets import DatasetNotFound
 
-USER_ERRORS = (SpecError, DatasetNotFound, SweepNotFound)
+USER_ERRORS = (SpecError, DatasetNotFound, SweepNotFound, ExportError)
 
 
 def cmd_experiments(args) -> int:
@@ -75,21 +76,42 @@ def cmd_run(args) -> int:
 
 def cmd_report(args) -> int:
     settings = get_settings()
-    results = sweep_results(settings.resolved_tracking_uri, args.sweep_id)
-    figures = None
-    if args.format == "html":
-        from service.figures import stored_figures
+    if args.from_export:
+        from service.exports import parse_spec_option, results_from_exports
 
-        figures = stored_figures(results, settings.resolved_tracking_uri)
+        results = results_from_exports([Path(p) for p in args.from_export], parse_spec_option(args.spec))
+        name = results.experiment
+    elif args.sweep_id:
+        results = sweep_results(settings.resolved_tracking_uri, args.sweep_id)
+        name = args.sweep_id
+    else:
+        raise SpecError("report: give a SWEEP_ID, or --from-export FILE ...")
+    figures = None
+    if args.format == "html" or args.out:
+        from service.figures import render_figures, stored_figures
+
+        figures = render_figures(results) if args.from_export else stored_figures(results, settings.resolved_tracking_uri)
     text = render(results, args.format, figures, settings.resolved_mlflow_ui_url)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        path = out / f"{args.sweep_id}.{args.format}"
+        path = out / f"{name}.{args.format}"
         path.write_text(text)
         print(path)
+        if args.format != "html":  # (the HTML page embeds them)
+            for figure, png in (figures or {}).items():
+                (out / f"{name}_{figure}").write_bytes(png)
+                print(out / f"{name}_{figure}")
     else:
         print(text)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from service.exports import export_sweep
+
+    for path in export_sweep(get_settings().resolved_tracking_uri, args.sweep_id, Path(args.out), args.format):
+        print(path)
     return 0
 
 
@@ -132,10 +154,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=cmd_run)
 
     report = commands.add_parser("report", help="print the tables of a finished sweep")
-    report.add_argument("sweep_id")
+    report.add_argument("sweep_id", nargs="?", help="a sweep in the MLflow store (or use --from-export)")
+    report.add_argument("--from-export", nargs="+", metavar="FILE",
+                        help="build the report from exported sweeps (actsweep export): slices of one grid, or "
+                             "sweeps whose trials train alike, read under --spec")
+    report.add_argument("--spec", metavar="EXPERIMENT_OR_YAML",
+                        help="with --from-export: report the trials on this spec's grid, with its protocol and claims")
     report.add_argument("--format", choices=FORMATS, default="md")
-    report.add_argument("--out", metavar="DIR", help="write the report into DIR instead of printing it")
+    report.add_argument("--out", metavar="DIR", help="write the report (and its figures, as PNG) into DIR")
     report.set_defaults(handler=cmd_report)
+    export = commands.add_parser("export", help="write a sweep's runs as tidy data: a row per trial and epoch")
+    export.add_argument("sweep_id")
+    export.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    export.add_argument("--out", metavar="DIR", default=".", help="folder for <sweep_id>.csv and its <sweep_id>.json")
+    export.set_defaults(handler=cmd_export)
     bench = commands.add_parser("bench", add_help=False,
                                 help="plain PyTorch vs per-trial vs fused, on the paper's MNIST classifier")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="see `actsweep bench --help`")

@@ -12,7 +12,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from service.aggregate import SweepResults
-from service.report import _readable, paper_terms_table, protocol_line, verdicts_table
+from service.report import _readable, claim_verdicts_table, paper_terms_table, protocol_line, verdicts_table
 
 PAPERS = {"gelu": "Hendrycks & Gimpel, Gaussian Error Linear Units (GELUs)",
           "elu": "Clevert, Unterthiner & Hochreiter, Fast and Accurate Deep Network Learning by ELUs"}
@@ -57,6 +57,7 @@ def to_html(results: SweepResults, figures: dict[str, bytes], mlflow_ui_url: str
     readable = _readable(results.table)
     has_table = bool(spec) and len(results.table)
     verdicts = verdicts_table(results) if has_table else pd.DataFrame()
+    ranked = claim_verdicts_table(results) if has_table else pd.DataFrame()
     return _templates.get_template("report.html.j2").render(
         r=results, spec=spec, paper=PAPERS.get(spec.get("paper", ""), spec.get("paper", "")),
         finished=int((results.runs["status"] == "FINISHED").sum()),
@@ -65,6 +66,8 @@ def to_html(results: SweepResults, figures: dict[str, bytes], mlflow_ui_url: str
         protocol=protocol_line(results), notes=spec.get("protocol", {}).get("notes", []),
         paper_terms=_table(_escaped(paper_terms_table(results))) if has_table else None,
         verdicts=_verdicts(_escaped(verdicts)) if len(verdicts) else None,
+        ranked=_verdicts(_escaped(ranked)) if len(ranked) else None,
+        sources=_table(_escaped(pd.DataFrame(results.sources))) if results.sources else None,
         claims=spec.get("claims", []),
         figures=[(name, base64.b64encode(png).decode()) for name, png in sorted(figures.items())],
         chosen=_table(_escaped(readable[results.table["lr_chosen"]].drop(columns=["chosen"]))) if len(readable) else "",

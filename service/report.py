@@ -8,57 +8,83 @@ from dataclasses import asdict
 import pandas as pd
 
 from service.aggregate import SweepResults
-from service.paper_table import reported_rows, verdicts
+from service.paper_table import claim_verdicts, reported_rows, verdicts
 
 FORMATS = ("md", "csv", "json", "html")
-SHOWN = ["activation", "dropout", "lr", "n_seeds", "train_loss", "train_loss_eval", "val_loss", "val_error",
-         "test_loss", "test_error"]
+SHOWN = ["activation", "dropout", "lr", "n_seeds", "n_diverged", "train_loss", "train_loss_eval", "val_loss",
+         "val_error", "test_loss", "test_error"]
+AT_BEST_SHOWN = ["best_val_epoch", "val_error_at_best_val", "test_error_at_best_val"]  # report_epoch: best_val_epoch
+
+
+def _format(column: str, value) -> str:
+    if pd.isna(value):
+        return "–"
+    if "error" in column:
+        return f"{100 * value:.2f}%"
+    return f"{value:.1f}" if column == "best_val_epoch" else f"{value:.4f}"
 
 
 def _readable(table: pd.DataFrame) -> pd.DataFrame:
-    shown = table[SHOWN + (["lr_chosen"] if "lr_chosen" in table else [])].copy()
-    for column in ("val_error", "test_error"):
-        shown[column] = shown[column].map(lambda v: f"{100 * v:.2f}%" if pd.notna(v) else "–")
-    for column in ("train_loss", "train_loss_eval", "val_loss", "test_loss"):
-        shown[column] = shown[column].map(lambda v: f"{v:.4f}" if pd.notna(v) else "–")
+    at_best = [c for c in AT_BEST_SHOWN if c in table]
+    shown = table[[c for c in SHOWN if c in table] + at_best + (["lr_chosen"] if "lr_chosen" in table else [])].copy()
+    for column in shown.columns:
+        if column.endswith(("_error", "_loss", "_eval", "_at_best_val", "best_val_epoch")):
+            shown[column] = shown[column].map(lambda v, c=column: _format(c, v))
+    if "n_diverged" in shown:  # "2 of 5" where seeds diverged (left out of the medians), else blank
+        total = table["n_seeds"] + table["n_diverged"]
+        shown["n_diverged"] = [f"{d} of {n}" if d else "" for d, n in zip(table["n_diverged"], total)]
     shown["lr"] = shown["lr"].map(lambda v: f"{v:g}")
     if "lr_chosen" in shown:
         shown["lr_chosen"] = shown["lr_chosen"].map(lambda chosen: "✓" if chosen else "")
-    return shown.rename(columns={"lr_chosen": "chosen"})
+    return shown.rename(columns={"lr_chosen": "chosen", "n_diverged": "diverged"})
 
 
 def protocol_line(results: SweepResults) -> str:
     seeds = sorted(set(results.table["n_seeds"].tolist())) or [0]
-    return (f"Median over {'/'.join(map(str, seeds))} seeds per (activation, dropout, lr), read back from MLflow; "
-            f"the lr is chosen per (activation, dropout) by the lowest median {results.select_lr_by} "
-            f"(validation data, never test). Errors in %, losses are mean cross-entropy (nats).")
+    at_best = (" at each trial's epoch of lowest validation error (its best epoch), where the reported number is "
+               "also taken" if results.select_lr_by.endswith("_at_best_val") else "")
+    return (f"Median over {'/'.join(map(str, seeds))} seeds per (activation, dropout, lr); a seed whose loss became "
+            f"NaN or inf (diverged) is left out, and a configuration where most seeds diverged is never chosen. "
+            f"The lr is chosen per (activation, dropout) by the lowest median {results.select_lr_by}{at_best} "
+            f"(validation data, never test). Errors in %, losses are mean cross-entropy (nats), or mean squared "
+            f"error where the network reconstructs its input.")
 
 
 def _value(metric: str, value: float | None) -> str:
     if value is None or pd.isna(value):
         return "–"
-    return f"{100 * value:.2f}%" if "error" in metric else f"{value:.4f}"
+    return _format(metric, value)
 
 
 def paper_terms_table(results: SweepResults) -> pd.DataFrame:
     """The reported number per activation (and dropout) beside the paper's."""
     rows = reported_rows(results.runs, results.table, results.spec)
+    at_best = results.spec.get("protocol", {}).get("report_epoch") == "best_val_epoch"
     return pd.DataFrame([{
-        "activation": r.activation, "dropout": r.dropout, "chosen lr": f"{r.lr:g}", "metric": r.metric,
-        "ours (median)": _value(r.metric, r.median),
+        "activation": r.activation, "dropout": r.dropout, "chosen lr": "diverged" if r.diverged else f"{r.lr:g}",
+        "metric": r.metric, "ours (median)": "diverged" if r.diverged else _value(r.metric, r.median),
         "95% interval": f"[{_value(r.metric, r.ci_low)}, {_value(r.metric, r.ci_high)}]",
-        "seeds": r.n_seeds, "paper": _value(r.metric, r.paper)} for r in rows])
+        **({"best epoch (median)": _value("best_val_epoch", r.best_val_epoch)} if at_best else {}),
+        "seeds": r.n_seeds, "diverged": r.n_diverged, "paper": _value(r.metric, r.paper)} for r in rows])
 
 
-def verdicts_table(results: SweepResults) -> pd.DataFrame:
-    """One row per ordering the paper reports: ours, a paired t-test across seeds, the verdict."""
-    found = verdicts(reported_rows(results.runs, results.table, results.spec))
+def _verdict_rows(found) -> pd.DataFrame:
     return pd.DataFrame([{
-        "claim (paper's order)": v.claim,
-        "paper": f"{_value(v.claim, v.paper[0])} vs {_value(v.claim, v.paper[1])}",
+        "claim (paper's order)": v.claim + (f" ({v.where})" if v.where else ""),
+        **({"paper": f"{_value(v.claim, v.paper[0])} vs {_value(v.claim, v.paper[1])}"} if v.paper[0] is not None else {}),
         "ours (medians)": f"{_value(v.claim, v.ours[0])} vs {_value(v.claim, v.ours[1])}",
         "paired t-test p (seeds)": (f"{v.p_value:.3g} ({v.n_pairs})" if v.p_value is not None else f"– ({v.n_pairs})"),
         "verdict": v.verdict} for v in found])
+
+
+def verdicts_table(results: SweepResults) -> pd.DataFrame:
+    """One row per ordering the paper reports with numbers: ours, a paired t-test across seeds, the verdict."""
+    return _verdict_rows(verdicts(reported_rows(results.runs, results.table, results.spec)))
+
+
+def claim_verdicts_table(results: SweepResults) -> pd.DataFrame:
+    """One row per pair of each ranking claim (an ordering the paper shows without numbers)."""
+    return _verdict_rows(claim_verdicts(results.runs, results.table, results.spec))
 
 
 def paper_terms_markdown(results: SweepResults) -> list[str]:
@@ -72,6 +98,10 @@ def paper_terms_markdown(results: SweepResults) -> list[str]:
     claims = results.spec.get("claims", [])
     if claims:
         lines += ["Claims of the paper for this experiment: " + " ".join(claims), ""]
+    ranked = claim_verdicts_table(results)
+    if len(ranked):
+        lines += ["Orderings the paper shows (lower is better; at the configuration chosen on validation unless a "
+                  "panel is named):", "", ranked.to_markdown(index=False), ""]
     return lines
 
 
@@ -97,12 +127,15 @@ def to_markdown(results: SweepResults) -> str:
 
 def to_json(results: SweepResults) -> dict:
     reported = reported_rows(results.runs, results.table, results.spec) if results.spec and len(results.table) else []
+    claimed = claim_verdicts(results.runs, results.table, results.spec) if results.spec and len(results.table) else []
     return {"sweep_id": results.sweep_id, "experiment": results.experiment,
             "protocol": {"aggregate": "median", "select_lr_by": results.select_lr_by,
                          "headline_metric": results.headline_metric},
             "mlflow": {"experiment_id": results.experiment_id, "parent_run_id": results.parent_run_id},
             "results": results.rows(), "retrained": results.rows(results.retrained),
-            "reported": _finite([asdict(r) for r in reported]), "verdicts": _finite([asdict(v) for v in verdicts(reported)])}
+            "reported": _finite([asdict(r) for r in reported]), "verdicts": _finite([asdict(v) for v in verdicts(reported)]),
+            "claim_verdicts": _finite([asdict(v) for v in claimed]),
+            **({"sources": results.sources} if results.sources else {})}
 
 
 def _finite(value):

@@ -26,7 +26,8 @@ def store(tmp_path_factory):
         for epoch in (1, 2, 3):
             metrics = {"epoch": epoch, "train_loss_eval": base / epoch + 0.01 * seed, "val_loss": base / epoch,
                        "test_error": base / epoch, "median_unit_activation_1": 0.1 * epoch,
-                       "median_unit_activation_2": -0.1 * epoch}
+                       "median_unit_activation_2": -0.1 * epoch, "median_unit_activation": 0.05 * epoch,
+                       "train_loss": base / epoch + 0.02}
             if epoch == 3:
                 metrics.update({f"test_error_noise_{a:g}": base + a / 4 for a in (0.0, 0.5, 1.0)})
                 metrics.update({f"test_loss_noise_{a:g}": base + a for a in (0.0, 0.5, 1.0)})
@@ -36,9 +37,9 @@ def store(tmp_path_factory):
 
 
 def test_every_kind_of_figure_is_written_and_decodes(store):
-    figures = render_figures(sweep_results(store, "f1"), store)
+    figures = render_figures(sweep_results(store, "f1"))
     assert sorted(figures) == ["curves_test_error.png", "curves_train_loss_eval.png", "curves_val_loss.png",
-                               "robustness.png", "unit_activation.png"]
+                               "robustness.png", "unit_activation.png", "unit_activation_layers.png"]
     for name, png in figures.items():
         pixels = matplotlib.image.imread(io.BytesIO(png), format="png")
         assert pixels.shape[0] > 200 and pixels.shape[1] > 300, name
@@ -50,13 +51,13 @@ def test_figures_are_logged_to_the_parent_run_and_read_back(store):
     names = log_figures(results, store)
     logged = sorted(f.path for f in MlflowClient(store).list_artifacts(results.parent_run_id, "figures"))
     assert logged == [f"figures/{name}" for name in names]
-    assert stored_figures(results, store) == render_figures(results, store)  # same data → same bytes
+    assert stored_figures(results, store) == render_figures(results)  # same data → same bytes
 
 
 def test_html_report_holds_tables_figures_spec_and_provenance(store):
     results = sweep_results(store, "f1")
-    page = to_html(results, render_figures(results, store), "http://mlflow.example:5000")
-    assert page.count('<img src="data:image/png;base64,') == 5
+    page = to_html(results, render_figures(results), "http://mlflow.example:5000")
+    assert page.count('<img src="data:image/png;base64,') == 6
     assert "git abc123" in page and "test cpu" in page
     assert f"http://mlflow.example:5000/#/experiments/{results.experiment_id}/runs/{results.parent_run_id}" in page
     assert all(f"/runs/{run_id}" in page for run_id in results.runs["run_id"])  # every trial run is linked
