@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationInfo,
+from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationInfo,
                       field_validator)
 
 from workers.activations import ACTIVATIONS
@@ -21,6 +21,7 @@ from workers.models import MODEL_KINDS
 ActivationName = Literal[ACTIVATIONS]  # type: ignore[valid-type]
 DatasetName = Literal[DATASETS]  # type: ignore[valid-type]
 GRID_AXES = ("activation", "lr", "dropout")
+OWN_VALIDATION = ("twitter_pos", "timit")  # datasets that come with their own validation split
 
 
 class StrictModel(BaseModel):
@@ -38,7 +39,24 @@ class ModelSpec(StrictModel):
     embedding_dim: int = Field(50, ge=1, le=4096)  # window_tagger
     input_noise: NonNegativeFloat = 0.15  # cifar_shallow: std of the Gaussian input noise
     widen_factor: int = Field(4, ge=1, le=32)  # wide_resnet
-    width_scale: PositiveFloat = 1.0  # elu_cifar_*: scales every layer's width (1 = the paper's)
+    width_scale: PositiveFloat = 1.0  # stacked_conv: scales every layer's width (1 = the paper's)
+    # stacked_conv (ELU paper §4.2, §4.3, §4.3.1): per stack, groups [layers, channels, receptive field];
+    # a 2×2 max pool after each stack; dropout after each stack's last layer at its stack_dropout rate
+    stacks: list[list[tuple[Annotated[int, Field(ge=1, le=64)], Annotated[int, Field(ge=1, le=65536)],
+                            Annotated[int, Field(ge=1, le=15)]]]] = []
+    stack_dropout: list[Annotated[float, Field(ge=0, lt=1)]] = []
+    first_stride: int = Field(1, ge=1, le=8)  # stacked_conv: the stride of the first convolution
+    spp_levels: list[Annotated[int, Field(ge=1, le=16)]] = []  # stacked_conv: spatial pyramid pooling bins
+    fc: list[Annotated[int, Field(ge=1, le=65536)]] = []  # stacked_conv: fully connected widths before the read-out
+    fc_dropout: float = Field(0.0, ge=0, lt=1)  # stacked_conv: dropout after each of those
+
+    @field_validator("stack_dropout")
+    @classmethod
+    def _a_rate_per_stack(cls, value: list[float], info: ValidationInfo) -> list[float]:
+        stacks = info.data.get("stacks") or []
+        if stacks and len(value) != len(stacks):
+            raise ValueError(f"model.stack_dropout: one rate per stack ({len(stacks)} stacks, got {len(value)} rates)")
+        return value
 
 
 class DataOptions(StrictModel):
@@ -48,22 +66,43 @@ class DataOptions(StrictModel):
     embeddings: str | None = None  # twitter_pos: a word2vec text file to start the embeddings from
     embedding_dim: int = Field(50, ge=1, le=4096)  # of that file
     min_count: int = Field(1, ge=1)  # twitter_pos: rarer training words become <unk>
+    image_size: int = Field(256, ge=8, le=4096)  # imagenet: every image resized to this square
+    crop: int = Field(224, ge=8, le=4096)  # imagenet: the central crop evaluated (training crops: augment.crop_size)
 
 
 class Schedule(StrictModel):
-    """The lr over epochs; see workers.train.lr_factor."""
+    """The lr over training, moved every step; see workers.train.lr_factor. Its positions
+    (start, t0, milestones) count epochs, or optimiser steps with ``unit: iteration``."""
 
-    kind: Literal["constant", "linear_decay", "cosine", "step"] = "constant"
-    start_epoch: int = Field(0, ge=0)  # linear_decay
-    t0: int | None = Field(None, ge=1)  # cosine: first period in epochs (default: all epochs)
+    kind: Literal["constant", "linear_decay", "cosine", "step", "piecewise"] = "constant"
+    unit: Literal["epoch", "iteration"] = "epoch"
+    start: float = Field(0, ge=0, validation_alias=AliasChoices("start", "start_epoch"))  # linear_decay
+    t0: float | None = Field(None, gt=0)  # cosine: first period (default: all of training)
     t_mult: int = Field(1, ge=1)  # cosine
-    milestones: list[int] = []  # step: epochs at which the lr is multiplied by gamma
-    gamma: PositiveFloat = 0.1
+    milestones: list[Annotated[float, Field(ge=0)]] = []  # step, piecewise: where the lr changes
+    gamma: PositiveFloat = 0.1  # step: the factor at each milestone
+    factors: list[NonNegativeFloat] = []  # piecewise: multiples of the lr before, between and after milestones
+
+    @field_validator("factors")
+    @classmethod
+    def _a_factor_per_piece(cls, value: list[float], info: ValidationInfo) -> list[float]:
+        if info.data.get("kind") == "piecewise" and len(value) != len(info.data.get("milestones", [])) + 1:
+            raise ValueError("schedule.factors: piecewise takes one factor more than milestones")
+        return value
 
 
 class Augment(StrictModel):
     crop_padding: int = Field(0, ge=0, le=16)  # random crops of the zero-padded image
+    crop_size: int = Field(0, ge=0, le=4096)  # random crops of this size from a larger image (ImageNet: 224)
     flip: bool = False  # random horizontal flips
+
+
+class FineTunePhase(StrictModel):
+    """ELU paper §4.3: from an iteration on, a stacked convnet's dropout moves (workers.models.StackedConvNet)."""
+
+    from_iteration: int = Field(ge=0)
+    dropout_on: Literal["last_layer", "every_layer"] = "every_layer"  # of each stack
+    dropout_scale: float = Field(1.0, gt=0, le=10)  # multiplies every stack's rate
 
 
 class Protocol(StrictModel):
@@ -149,8 +188,11 @@ class RankingClaim(StrictModel):
     text: str = ""
     best: ActivationName
     metric: str | None = None  # default: protocol.headline_metric; lower is better
-    # final: each trial's last value; mean_over_epochs: the mean of its curve (lower all along, "faster")
-    over: Literal["final", "mean_over_epochs"] = "final"
+    # final: each trial's last value; mean_over_epochs: the mean of its curve (lower all along,
+    # "faster"); first_epoch_below: the first epoch the value is at most ``threshold`` (sooner is better;
+    # a trial that never gets there counts as one epoch past its last)
+    over: Literal["final", "mean_over_epochs", "first_epoch_below"] = "final"
+    threshold: float | None = None  # first_epoch_below
     closer_to_zero: bool = False  # compare |value| (ELU Fig. 2: mean activations close to zero)
     at_every_lr: bool = False  # a pair at every lr of the grid (one panel per lr), not at the lr chosen on validation
 
@@ -165,8 +207,9 @@ class SweepSpec(StrictModel):
 
     # data
     dataset: DatasetName
-    val_size: PositiveInt = 5000  # held out of the training set (GELU paper §3.1: 5k); datasets
-    #                               with their own validation split (twitter_pos, timit) ignore it
+    # held out of the training set to choose the lr on (GELU paper §3.1: 5k); datasets with their
+    # own validation split (twitter_pos, timit) ignore it. 0: train on all of it (one lr, nothing to choose)
+    val_size: int = Field(5000, ge=0, le=10_000_000)
     train_subset: PositiveInt | None = None  # use only this many training examples (quick runs)
     data_options: DataOptions = DataOptions()
 
@@ -181,6 +224,9 @@ class SweepSpec(StrictModel):
     augment: Augment = Augment()
     eval_noise: list[NonNegativeFloat] = []  # GELU Fig. 3: evaluate on test + Unif[-a, a], per a
     activation_stats: bool = False  # ELU Fig. 2: median unit activation per layer and epoch
+    eval_train: bool = True  # measure the whole training set in eval mode every epoch (train_loss_eval)
+    top5: bool = False  # also val_error_top5 and test_error_top5 (ELU §4.3.1, ImageNet)
+    fine_tune: list[FineTunePhase] = []  # ELU §4.3: dropout phases by iteration (model.kind stacked_conv)
     epochs: int = Field(ge=1, le=10_000)
     batch_size: int = Field(ge=1, le=1_000_000)
 
@@ -216,6 +262,22 @@ class SweepSpec(StrictModel):
             raise ValueError("mode fused takes no augment; use mode per_trial")
         if info.data.get("search") is not None:
             raise ValueError("mode fused takes a grid; an lr search (search:) runs per_trial")
+        return value
+
+    @field_validator("lr")
+    @classmethod
+    def _one_lr_without_validation(cls, value: list[float], info: ValidationInfo) -> list[float]:
+        if info.data.get("val_size") == 0 and len(value) > 1 and info.data.get("dataset") not in OWN_VALIDATION:
+            raise ValueError(f"val_size 0 trains on all the training data and leaves nothing to choose among "
+                             f"{len(value)} lrs on: give one lr, or hold out a validation set")
+        return value
+
+    @field_validator("fine_tune")
+    @classmethod
+    def _fine_tune_needs_stacks(cls, value: list, info: ValidationInfo) -> list:
+        model = info.data.get("model")
+        if value and (model is None or model.kind != "stacked_conv"):
+            raise ValueError("fine_tune: moves the per-stack dropout of model.kind stacked_conv")
         return value
 
     @field_validator("activation", "lr", "dropout", mode="before")
@@ -311,7 +373,9 @@ class SweepSpec(StrictModel):
             "optimizer": self.optimizer, "momentum": self.momentum, "nesterov": self.nesterov,
             "weight_decay": self.weight_decay, "schedule": self.schedule.model_dump(),
             "augment": self.augment.model_dump(), "eval_noise": list(self.eval_noise),
-            "activation_stats": self.activation_stats, "epochs": self.epochs, "batch_size": self.batch_size,
+            "activation_stats": self.activation_stats, "eval_train": self.eval_train, "top5": self.top5,
+            "fine_tune": [phase.model_dump() for phase in self.fine_tune], "epochs": self.epochs,
+            "batch_size": self.batch_size,
             "cpus_per_trial": self.execution.cpus_per_trial,
             "gpus_per_trial": self.execution.gpus_per_trial,
         }

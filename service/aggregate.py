@@ -106,9 +106,12 @@ def choose_lr_on_validation(table: pd.DataFrame, by: str = "val_loss") -> pd.Dat
     """
     table = table.copy()
     table["lr_chosen"] = False
-    eligible = table[~mostly_diverged(table)].dropna(subset=[by]) if by in table else table.iloc[0:0]
-    best = eligible.groupby(["activation", "dropout"])[by].idxmin()
-    table.loc[best.values, "lr_chosen"] = True
+    eligible = table[~mostly_diverged(table)]
+    measured = eligible.dropna(subset=[by]) if by in eligible else eligible.iloc[0:0]
+    table.loc[measured.groupby(["activation", "dropout"])[by].idxmin().values, "lr_chosen"] = True
+    # one lr alone is chosen without validation data (val_size 0: all the training data trained)
+    alone = eligible.groupby(["activation", "dropout"])["lr"].transform("size") == 1
+    table.loc[eligible.index[alone], "lr_chosen"] = True
     return table
 
 
@@ -125,8 +128,14 @@ def with_derived_metrics(runs: pd.DataFrame, spec: dict, histories: Histories | 
     for claim in spec.get("ranking_claims", []):
         metric, column = claim.get("metric") or headline, claim_column(claim, headline)
         source = column.removeprefix("abs_")
-        if source != metric and source not in runs and histories is not None and len(runs):  # a curve's mean
-            runs[source] = runs["run_id"].map(histories(runs, [metric]).groupby("run_id")["value"].mean())
+        if source != metric and source not in runs and histories is not None and len(runs):  # from the curves
+            curves = histories(runs, [metric])
+            if claim.get("over") == "first_epoch_below":
+                reached = curves[curves["value"] <= claim["threshold"]].groupby("run_id")["epoch"].min()
+                runs[source] = runs["run_id"].map(reached).fillna(runs["run_id"].map(curves.groupby("run_id")["epoch"]
+                                                                                      .max() + 1))
+            else:
+                runs[source] = runs["run_id"].map(curves.groupby("run_id")["value"].mean())
         if column != source and source in runs:
             runs[column] = runs[source].abs()
     return runs
@@ -146,7 +155,10 @@ def claim_column(claim: dict, headline: str) -> str:
     """The per-trial value a ranking claim compares (a column of the runs): the metric, its mean
     over epochs, or the absolute value of either."""
     name = claim.get("metric") or headline
-    name = f"{name}_mean_over_epochs" if claim.get("over") == "mean_over_epochs" else name
+    if claim.get("over") == "mean_over_epochs":
+        name = f"{name}_mean_over_epochs"
+    elif claim.get("over") == "first_epoch_below":
+        name = f"first_epoch_{name}_below_{claim['threshold']:g}"
     return f"abs_{name}" if claim.get("closer_to_zero") else name
 
 

@@ -98,7 +98,7 @@ def chosen_configs(table: pd.DataFrame, spec: dict) -> pd.DataFrame:
     is tuned, the best of those per activation (by the same validation metric)."""
     select_by = selection_metric(spec.get("protocol", {}))
     chosen = table[table["lr_chosen"]]
-    if not split_by_dropout(spec) and len(chosen) and select_by in chosen:
+    if not split_by_dropout(spec) and chosen["activation"].duplicated().any() and select_by in chosen:
         chosen = chosen.loc[chosen.groupby("activation")[select_by].idxmin().dropna()]
     return chosen
 

@@ -77,3 +77,19 @@ def make_timit(data_dir: Path, n: int = 600, seed: int = 0) -> Path:
         arrays[f"x_{split}"] = (rng.normal(size=(size, 11, 26)) + arrays[f"y_{split}"][:, None, None] / 10).astype(np.float32)
     np.savez(data_dir / "timit" / "timit_frames.npz", **arrays)
     return data_dir
+
+
+def make_imagenet(data_dir: Path, classes: int = 3, per_class: int = 6, size: int = 48, seed: int = 0) -> Path:
+    """ImageNet's ImageFolder layout (train/ and val/, a folder per class) with small generated PNGs."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", per_class), ("val", per_class // 2)):
+        for c in range(classes):
+            folder = data_dir / "imagenet" / split / f"n{c:08d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                pixels = rng.integers(0, 256, (size, size + 8 * (i % 2), 3), dtype=np.uint8)  # not all square
+                Image.fromarray(pixels).save(folder / f"{split}_{c}_{i}.png")
+    return data_dir

@@ -19,7 +19,7 @@ import numpy as np
 
 from workers.splits import SPLIT_SEED, DatasetNotFound, Splits, hold_out
 
-DATASETS = ("mnist", "digits", "cifar10", "cifar100", "twitter_pos", "timit")
+DATASETS = ("mnist", "digits", "cifar10", "cifar100", "twitter_pos", "timit", "imagenet")
 __all__ = ["DATASETS", "DatasetNotFound", "Splits", "load_dataset"]
 
 
@@ -114,4 +114,8 @@ def load_dataset(name: str, data_dir: Path, download: bool, val_size: int,
         from workers.timit import load_timit
 
         return load_timit(Path(data_dir), train_subset)
+    if name == "imagenet":
+        from workers.imagenet import load_imagenet
+
+        return load_imagenet(Path(data_dir), val_size, train_subset, options)
     raise ValueError(f"dataset: unknown {name!r}; accepted: {', '.join(DATASETS)}")

@@ -36,7 +36,7 @@ from workers.train import (EVAL_BATCH, STATS_EXAMPLES, TrialConfig, at_best_val,
 FUSABLE_KINDS = ("mlp", "autoencoder")
 # Settings that must be equal across a pack's members (the rest may differ: activation, lr, dropout, seed).
 SHARED = ("epochs", "batch_size", "task", "optimizer", "momentum", "nesterov", "weight_decay", "schedule", "augment",
-          "eval_noise", "activation_stats", "model")
+          "eval_noise", "activation_stats", "eval_train", "model")
 
 
 def fusable(cfg: TrialConfig) -> str | None:
@@ -45,6 +45,10 @@ def fusable(cfg: TrialConfig) -> str | None:
         return f"model.kind {cfg.model['kind']!r} (fused packs take {', '.join(FUSABLE_KINDS)})"
     if cfg.augment and any(cfg.augment.values()):
         return "augment (fused packs take vector inputs without augmentation)"
+    if cfg.fine_tune:
+        return "fine_tune (fused packs have no per-stack dropout)"
+    if cfg.top5:
+        return "top5 (fused packs measure the top-1 error)"
     return None
 
 
@@ -315,6 +319,7 @@ def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | s
     optimizer = StackedOptimizer(first, list(net.parameters()), [c.lr for c in cfgs])
     members = list(range(len(cfgs)))  # the members still in the pack, as indices into cfgs
     n, batch = len(train_y), first.batch_size
+    steps_per_epoch = math.ceil(n / batch)
     best_val = [math.inf] * len(cfgs)
     best: list[dict] = [{} for _ in cfgs]
     select_on = "val_loss" if first.task == "reconstruct" else "val_error"
@@ -334,10 +339,12 @@ def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | s
     for epoch in range(first_epoch, first.epochs + 1):
         # -- one pass over each member's shuffled training set, batches by indexing --------------
         started = time.perf_counter()
-        optimizer.factor = lr_factor(first.schedule, epoch - 1, first.epochs)
         permutations = torch.stack([torch.randperm(n, generator=orders[m]) for m in members]).to(device)
         loss_sum = torch.zeros(len(members), device=device)
         for i in range(0, n, batch):
+            if first.schedule.get("kind", "constant") != "constant":  # the lr moves every step, as alone
+                step = (epoch - 1) * steps_per_epoch + i // batch
+                optimizer.factor = lr_factor(first.schedule, step, steps_per_epoch, steps_per_epoch * first.epochs)
             idx = permutations[:, i:i + batch]
             # (P, B): each member its own examples; index_select copies whole rows, ~3x faster than x[idx]
             x = train_x.index_select(0, idx.flatten()).view(*idx.shape, -1)
@@ -367,18 +374,19 @@ def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | s
             return
 
         # -- evaluation ---------------------------------------------------------------------------
-        evaluated = {}
-        for name, (ex, ey) in {"train": (train_x, train_y), "val": (val_x, val_y), "test": (test_x, test_y)}.items():
-            evaluated[name] = evaluate_pack(net, members, ex, ey, first.task)
+        splits_to_measure = {"train": (train_x, train_y) if first.eval_train else None,
+                             "val": (val_x, val_y) if len(val_y) else None, "test": (test_x, test_y)}
+        evaluated = {name: evaluate_pack(net, members, *split, first.task)
+                     for name, split in splits_to_measure.items() if split is not None}
         stats = _unit_activations(net, members, train_x[:STATS_EXAMPLES]) if first.activation_stats else None
         noise = _noise_robustness(net, members, cfgs, test_x, test_y) if epoch == first.epochs else {}
         seconds = time.perf_counter() - started
         for j, m in enumerate(members):
-            metrics = {"epoch": epoch, "train_loss": train_loss[j], "lr": lr[m],
-                       "train_loss_eval": evaluated["train"][0][j], "train_error_eval": evaluated["train"][1][j],
-                       "val_loss": evaluated["val"][0][j], "val_error": evaluated["val"][1][j],
-                       "test_loss": evaluated["test"][0][j], "test_error": evaluated["test"][1][j]}
-            if metrics[select_on] < best_val[m]:
+            metrics = {"epoch": epoch, "train_loss": train_loss[j], "lr": lr[m]}
+            for name, (losses, errors) in evaluated.items():
+                metrics[f"{name}_loss_eval" if name == "train" else f"{name}_loss"] = losses[j]
+                metrics[f"{name}_error_eval" if name == "train" else f"{name}_error"] = errors[j]
+            if select_on in metrics and metrics[select_on] < best_val[m]:
                 best_val[m] = metrics[select_on]
                 best[m] = at_best_val(epoch, metrics)
             metrics.update(best[m])

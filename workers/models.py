@@ -147,47 +147,75 @@ class SmallCIFARNet(nn.Module):
         return self.net(x)
 
 
-# ELU paper §4.3 and §4.4, stacks as [(count, channels, kernel), ...], a 2×2 max pool after each
-# stack but the last two, dropout after the last layer of each stack.
-ELU_CIFAR_11 = [[(1, 192, 5)], [(1, 192, 1), (1, 240, 3)], [(1, 240, 1), (1, 260, 2)], [(1, 260, 1), (1, 280, 2)],
-                [(1, 280, 1), (1, 300, 2)], [(1, 300, 1)], [(1, 100, 1)]]
-ELU_CIFAR_11_DROPOUT = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.0]
-ELU_CIFAR_18 = [[(1, 384, 3)], [(1, 384, 1), (1, 384, 2), (1, 640, 2)], [(1, 640, 1), (3, 768, 2)],
-                [(1, 768, 1), (2, 896, 2)], [(1, 896, 3), (2, 1024, 2)], [(1, 1024, 1), (1, 1152, 2)],
-                [(1, 1152, 1)], [(1, 100, 1)]]
-ELU_CIFAR_18_DROPOUT = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.0, 0.0]
-
-
 class StackedConvNet(nn.Module):
-    """The ELU paper's CIFAR networks: stacks of convolutions, max pooling between stacks, a
-    fixed dropout rate per stack, the last stack mapping to the classes, global average pool.
-    The last layer's width is replaced by ``n_classes``; the grid's ``dropout`` is unused (the
-    paper fixes it per stack)."""
+    """The ELU paper's convnets (§4.2, §4.3, §4.3.1), from the spec's ``model.stacks``: stacks of
+    convolution groups ``[layers, channels, receptive field]``, each layer followed by the
+    activation; a 2×2 max pool after each stack; dropout after each stack's last layer at the
+    stack's rate (``stack_dropout``; :meth:`set_dropout` moves it to every layer of the stack for
+    fine-tuning). The grid's ``dropout`` is unused: the paper fixes it per stack.
+
+    Without ``fc`` (CIFAR) the last stack is the read-out: its width becomes the number of
+    classes, it has no activation, and a global average pool gives the logits. With ``fc``
+    (ImageNet) a spatial pyramid pooling of ``spp_levels`` follows the convolutions, then fully
+    connected layers (activation, dropout ``fc_dropout``) and a linear read-out."""
 
     def __init__(self, in_channels: int, n_classes: int, activation: str, stacks: list, stack_dropout: list[float],
-                 width_scale: float = 1.0, init: str = "he"):
+                 width_scale: float = 1.0, init: str = "he", first_stride: int = 1, spp_levels: list[int] = (),
+                 fc: list[int] = (), fc_dropout: float = 0.0):
         super().__init__()
+        self.stack_dropout = list(stack_dropout)
+        self.dropouts: list[list[Dropout]] = []  # per stack, one per layer
         layers: list[nn.Module] = []
-        c_in = in_channels
-        for s, (stack, rate) in enumerate(zip(stacks, stack_dropout)):
-            last_stack = s == len(stacks) - 1
+        c_in, first = in_channels, True
+        for s, stack in enumerate(stacks):
+            readout = not fc and s == len(stacks) - 1
+            self.dropouts.append([])
             for count, channels, kernel in stack:
                 for _ in range(count):
-                    c_out = n_classes if last_stack else max(1, round(channels * width_scale))
-                    layers.append(nn.Conv2d(c_in, c_out, kernel, padding="same"))
-                    if not last_stack:
+                    c_out = n_classes if readout else max(1, round(channels * width_scale))
+                    stride = first_stride if first else 1
+                    layers.append(nn.Conv2d(c_in, c_out, kernel, stride=stride,
+                                            padding="same" if stride == 1 else kernel // 2))
+                    if not readout:
                         layers.append(make_activation(activation))
-                    c_in = c_out
-            if s < len(stacks) - 2:
-                layers.append(nn.MaxPool2d(2, ceil_mode=True))
-            if rate > 0:
-                layers.append(nn.Dropout(rate))
-        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+                        self.dropouts[-1].append(Dropout(0.0))
+                        layers.append(self.dropouts[-1][-1])
+                    c_in, first = c_out, False
+            layers.append(nn.MaxPool2d(2, ceil_mode=True))
+        if fc:
+            layers.append(SpatialPyramidPool(spp_levels or [1]))
+            widths = [c_in * sum(level * level for level in (spp_levels or [1])), *fc]
+            for fan_in, fan_out in zip(widths[:-1], widths[1:]):
+                layers += [nn.Linear(fan_in, fan_out), make_activation(activation), Dropout(fc_dropout)]
+            layers.append(nn.Linear(widths[-1], n_classes))
+        else:
+            layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
         self.net = nn.Sequential(*layers)
+        self.set_dropout("last_layer", 1.0)
         _init(self.net, init)
+
+    def set_dropout(self, on: str, scale: float = 1.0) -> None:
+        """Each stack's rate (× ``scale``) after its last layer (``last_layer``) or after every
+        layer of it (``every_layer``): ELU paper §4.3's fine-tuning."""
+        for rate, modules in zip(self.stack_dropout, self.dropouts):
+            for i, module in enumerate(modules):
+                active = on == "every_layer" or i == len(modules) - 1
+                module.p = min(rate * scale, 0.95) if active else 0.0
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
+
+
+class SpatialPyramidPool(nn.Module):
+    """He et al. (2014): max pooling into level × level bins for each level, concatenated; the
+    output size does not depend on the image size (ELU §4.3.1: 3 levels before the first FC)."""
+
+    def __init__(self, levels: list[int]):
+        super().__init__()
+        self.levels = list(levels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.cat([nn.functional.adaptive_max_pool2d(x, level).flatten(1) for level in self.levels], dim=1)
 
 
 class WideBlock(nn.Module):
@@ -232,8 +260,7 @@ class WideResNet(nn.Module):
         return self.net(x)
 
 
-MODEL_KINDS = ("mlp", "autoencoder", "window_tagger", "cifar_shallow", "cifar_small", "elu_cifar_11",
-               "elu_cifar_18", "wide_resnet")
+MODEL_KINDS = ("mlp", "autoencoder", "window_tagger", "cifar_shallow", "cifar_small", "stacked_conv", "wide_resnet")
 
 
 def build_model(model: dict, in_shape: tuple[int, ...], n_out: int, activation: str, dropout: float,
@@ -258,12 +285,10 @@ def build_model(model: dict, in_shape: tuple[int, ...], n_out: int, activation: 
         return ShallowCIFARNet(in_shape[0], n_out, activation, dropout, model["width"], model["input_noise"], init)
     if kind == "cifar_small":
         return SmallCIFARNet(in_shape[0], n_out, activation, dropout, in_shape[-1], init)
-    if kind == "elu_cifar_11":
-        return StackedConvNet(in_shape[0], n_out, activation, ELU_CIFAR_11, ELU_CIFAR_11_DROPOUT,
-                              model.get("width_scale", 1.0), init)
-    if kind == "elu_cifar_18":
-        return StackedConvNet(in_shape[0], n_out, activation, ELU_CIFAR_18, ELU_CIFAR_18_DROPOUT,
-                              model.get("width_scale", 1.0), init)
+    if kind == "stacked_conv":
+        return StackedConvNet(in_shape[0], n_out, activation, model["stacks"], model["stack_dropout"],
+                              model.get("width_scale", 1.0), init, model.get("first_stride", 1),
+                              model.get("spp_levels", []), model.get("fc", []), model.get("fc_dropout", 0.0))
     if kind == "wide_resnet":
         return WideResNet(in_shape[0], n_out, activation, dropout, model["depth"], model["widen_factor"], init)
     raise ValueError(f"model.kind: unknown {kind!r}; accepted: {', '.join(MODEL_KINDS)}")

@@ -7,7 +7,7 @@ import numpy as np
 
 def global_contrast_normalize(x: np.ndarray, scale: float = 55.0, eps: float = 1e-8) -> np.ndarray:
     """Per example: subtract its mean, scale to a fixed L2 norm (``scale``, as in pylearn2)."""
-    flat = x.reshape(len(x), -1).astype(np.float64)
+    flat = x.reshape(len(x), int(np.prod(x.shape[1:]))).astype(np.float64)
     flat = flat - flat.mean(axis=1, keepdims=True)
     norms = np.sqrt((flat ** 2).sum(axis=1, keepdims=True) / flat.shape[1])
     return (scale * flat / np.maximum(norms, eps)).reshape(x.shape).astype(np.float32)
@@ -20,7 +20,7 @@ class ZCA:
         self.eps = eps
 
     def fit(self, x: np.ndarray) -> "ZCA":
-        flat = x.reshape(len(x), -1).astype(np.float64)
+        flat = x.reshape(len(x), int(np.prod(x.shape[1:]))).astype(np.float64)
         self.mean = flat.mean(axis=0)
         centered = flat - self.mean
         covariance = centered.T @ centered / len(flat)
@@ -29,5 +29,5 @@ class ZCA:
         return self
 
     def transform(self, x: np.ndarray) -> np.ndarray:
-        flat = x.reshape(len(x), -1).astype(np.float64)
+        flat = x.reshape(len(x), int(np.prod(x.shape[1:]))).astype(np.float64)
         return ((flat - self.mean) @ self.matrix).reshape(x.shape).astype(np.float32)

@@ -45,9 +45,11 @@ class Splits:
 
 
 def hold_out(x: np.ndarray, y: np.ndarray, val_size: int, train_subset: int | None):
+    """A fixed validation split of ``val_size`` examples out of (x, y) (none: all of it trains),
+    and the first ``train_subset`` of the rest as the training split."""
     order = np.random.default_rng(SPLIT_SEED).permutation(len(y))
-    if not 0 < val_size < len(y):
-        raise ValueError(f"val_size: must be between 1 and {len(y) - 1} for this dataset (got {val_size})")
+    if not 0 <= val_size < len(y):
+        raise ValueError(f"val_size: must be between 0 and {len(y) - 1} for this dataset (got {val_size})")
     val, train = order[:val_size], order[val_size:]
     if train_subset is not None:
         train = train[:train_subset]

@@ -41,14 +41,20 @@ class TrialConfig:
     augment: dict = field(default_factory=dict)  # {"crop_padding": 4, "flip": true} for images
     eval_noise: tuple = ()  # GELU paper Fig. 3: test inputs plus Unif[-a, a] noise, per a
     activation_stats: bool = False  # ELU paper Fig. 2: median over units of the mean activation
+    eval_train: bool = True  # measure the whole training set in eval mode every epoch (train_loss_eval)
+    top5: bool = False  # also the top-5 error of validation and test (ImageNet)
     model: dict = field(default_factory=lambda: {"kind": "mlp", "depth": 8, "width": 128, "init": "unit_norm_rows"})
+    # ELU paper §4.3 fine-tuning: from an iteration on, a stacked convnet's dropout on every layer
+    # of a stack (or its last) with rates scaled; see workers.models.StackedConvNet.set_dropout
+    fine_tune: tuple = ()
 
     @classmethod
     def from_config(cls, config: dict) -> "TrialConfig":
         names = cls.__dataclass_fields__.keys()
         values = {k: v for k, v in config.items() if k in names}
-        if "eval_noise" in values:
-            values["eval_noise"] = tuple(values["eval_noise"])
+        for name in ("eval_noise", "fine_tune"):
+            if name in values:
+                values[name] = tuple(values[name])
         return cls(**values)
 
 
@@ -61,36 +67,69 @@ def make_optimizer(cfg: TrialConfig, params) -> torch.optim.Optimizer:
     raise ValueError(f"optimizer: unknown {cfg.optimizer!r}; accepted: adam, sgd")
 
 
-def lr_factor(schedule: dict, epoch: int, epochs: int) -> float:
-    """The multiple of the base lr used during ``epoch`` (0-based).
+def lr_factor(schedule: dict, step: int, steps_per_epoch: int, total_steps: int) -> float:
+    """The multiple of the base lr for optimiser step ``step`` (0-based) of ``total_steps``.
+
+    The schedule counts in epochs (fractional: it moves every step) or, with ``unit: iteration``,
+    in steps (ELU paper §4.2, §4.3: schedules by iteration).
 
     - constant;
-    - linear_decay: constant until ``start_epoch``, then linearly to 0 at the last epoch
-      (GELU paper §3.5: "decays linearly to 0 from epoch 100");
-    - cosine: SGDR (Loshchilov & Hutter) with period ``t0`` epochs, restarts doubling by ``t_mult``;
-    - step: multiplied by ``gamma`` at each of ``milestones`` (epochs).
+    - linear_decay: constant until ``start``, then linearly to 0 at the end of training (GELU
+      paper §3.5: "decays linearly to 0 from epoch 100": 0 is reached at the last step);
+    - cosine: SGDR (Loshchilov & Hutter) with period ``t0``, restarts longer by ``t_mult``;
+    - step: multiplied by ``gamma`` at each of ``milestones``;
+    - piecewise: ``factors[i]`` from the i-th of ``milestones`` on (``factors[0]`` before the first).
     """
     kind = schedule.get("kind", "constant")
     if kind == "constant":
         return 1.0
+    per = 1 if schedule.get("unit") == "iteration" else steps_per_epoch
+    now, end = step / per, total_steps / per
     if kind == "linear_decay":
-        start = schedule.get("start_epoch", 0)
-        return 1.0 if epoch < start else max(0.0, 1.0 - (epoch - start) / max(1, epochs - start))
+        start = schedule.get("start", schedule.get("start_epoch", 0))
+        return 1.0 if now < start else max(0.0, 1.0 - (now - start) / max(end - start, 1e-12))
     if kind == "cosine":
-        period, t = schedule.get("t0") or epochs, epoch
-        while t >= period:
-            t, period = t - period, period * schedule.get("t_mult", 1)
-        return 0.5 * (1.0 + math.cos(math.pi * t / period))
+        period = schedule.get("t0") or end
+        while now >= period:
+            now, period = now - period, period * schedule.get("t_mult", 1)
+        return 0.5 * (1.0 + math.cos(math.pi * now / period))
+    passed = sum(now >= m for m in schedule.get("milestones", []))
     if kind == "step":
-        return schedule.get("gamma", 0.1) ** sum(epoch >= m for m in schedule.get("milestones", []))
-    raise ValueError(f"schedule.kind: unknown {kind!r}; accepted: constant, linear_decay, cosine, step")
+        return schedule.get("gamma", 0.1) ** passed
+    if kind == "piecewise":
+        return schedule["factors"][passed]
+    raise ValueError(f"schedule.kind: unknown {kind!r}; accepted: constant, linear_decay, cosine, step, piecewise")
+
+
+def dropout_phase(phases: tuple, step: int) -> dict | None:
+    """The fine-tuning phase in effect at ``step`` (ELU paper §4.3), or None before the first."""
+    started = [p for p in phases if step >= p["from_iteration"]]
+    return max(started, key=lambda p: p["from_iteration"]) if started else None
+
+
+def on_device(array, device: torch.device):
+    """A split's array as a tensor on the device; images read from files (workers.imagenet) stay
+    where they are and are read batch by batch."""
+    return array if hasattr(array, "read_rows") else torch.as_tensor(array, device=device)
+
+
+def rows(x, index: Tensor | slice) -> Tensor:
+    """The rows of ``x`` at ``index`` (a tensor of indices, or a slice)."""
+    if hasattr(x, "read_rows"):
+        return x.read_rows(index)
+    return x[index] if isinstance(index, slice) else x.index_select(0, index)
 
 
 def augment_batch(x: Tensor, augment: dict, generator: torch.Generator) -> Tensor:
-    """Random crops from a zero-padded image and horizontal flips (ELU paper §4.3), on the device."""
+    """Random crops from a zero-padded image and horizontal flips (ELU paper §4.2), or random
+    ``crop_size`` crops of a larger image (ELU §4.3.1: 224 of 256), on the device."""
     if not augment or x.dim() != 4:
         return x
     n, _, h, w = x.shape
+    size = augment.get("crop_size", 0)
+    if size and size < min(h, w):
+        dy, dx = (torch.randint(0, extent - size + 1, (n,), generator=generator).tolist() for extent in (h, w))
+        x, h, w = torch.stack([x[i, :, dy[i]:dy[i] + size, dx[i]:dx[i] + size] for i in range(n)]), size, size
     pad = augment.get("crop_padding", 0)
     if pad:
         padded = F.pad(x, (pad, pad, pad, pad))
@@ -102,26 +141,31 @@ def augment_batch(x: Tensor, augment: dict, generator: torch.Generator) -> Tenso
     return x
 
 
-def batch_loss(model: nn.Module, task: str, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    """Mean loss and the per-example error indicator (zeros when reconstructing)."""
+def batch_loss(model: nn.Module, task: str, x: Tensor, y: Tensor, top5: bool = False) -> tuple[Tensor, Tensor]:
+    """Mean loss and the per-example error indicator (zeros when reconstructing); with ``top5``,
+    the indicator that the label is not among the five highest outputs, as a second column."""
     out = model(x)
     if task == "reconstruct":
         return F.mse_loss(out, x.flatten(1)), torch.zeros(len(x), device=x.device)
-    return F.cross_entropy(out, y), (out.argmax(dim=1) != y).float()
+    errors = (out.argmax(dim=1) != y).float()
+    if top5:
+        errors = torch.stack([errors, (out.topk(min(5, out.shape[1]), dim=1).indices != y[:, None]).all(dim=1).float()], dim=1)
+    return F.cross_entropy(out, y), errors
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: Tensor, y: Tensor, task: str = "classify") -> tuple[float, float]:
-    """Mean loss and error rate in eval mode (dropout off, SOI at its expectation)."""
+def evaluate(model: nn.Module, x, y: Tensor, task: str = "classify", top5: bool = False) -> dict[str, float]:
+    """``loss`` and ``error`` rate (and ``error_top5``) in eval mode (dropout off, SOI at its expectation)."""
     was_training = model.training
     model.eval()
     loss_sum, wrong = 0.0, 0.0
     for i in range(0, len(x), EVAL_BATCH):
-        loss, errors = batch_loss(model, task, x[i:i + EVAL_BATCH], y[i:i + EVAL_BATCH])
+        loss, errors = batch_loss(model, task, rows(x, slice(i, i + EVAL_BATCH)), y[i:i + EVAL_BATCH], top5)
         loss_sum += loss.item() * len(errors)
-        wrong += errors.sum().item()
+        wrong = wrong + errors.sum(dim=0)
     model.train(was_training)
-    return loss_sum / len(x), wrong / len(x)
+    wrong = torch.as_tensor(wrong).reshape(-1) / len(x)
+    return {"loss": loss_sum / len(x), "error": wrong[0].item(), **({"error_top5": wrong[1].item()} if top5 else {})}
 
 
 @torch.no_grad()
@@ -195,8 +239,8 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
     # -- setup: seed, data resident on the device, model, optimiser --------------------------------
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
-    tensors = [torch.as_tensor(a, device=device) for a in (splits.train_x, splits.train_y, splits.val_x,
-                                                             splits.val_y, splits.test_x, splits.test_y)]
+    tensors = [on_device(a, device) for a in (splits.train_x, splits.train_y, splits.val_x, splits.val_y,
+                                              splits.test_x, splits.test_y)]
     train_x, train_y, val_x, val_y, test_x, test_y = tensors
     model = build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation, cfg.dropout,
                         vocab_size=len(splits.vocab)).to(device)
@@ -206,6 +250,8 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
     optimizer = make_optimizer(cfg, model.parameters())
     order = torch.Generator().manual_seed(cfg.seed)  # data order and augmentation depend on the seed only
     n = len(train_y)
+    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    total_steps = steps_per_epoch * cfg.epochs
     best_val, best = math.inf, {}
     select_on = "val_loss" if cfg.task == "reconstruct" else "val_error"
     first_epoch = 1
@@ -216,17 +262,23 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
         set_rng_states(resume["rng"], device)
         best_val, best, first_epoch = resume["best_val"], resume["best"], resume["epoch"] + 1
 
+    phase = None  # the fine-tuning phase the network's dropout is set for
     for epoch in range(first_epoch, cfg.epochs + 1):
         # -- one pass over the shuffled training set, batches taken by indexing ----------------
         started = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = cfg.lr * lr_factor(cfg.schedule, epoch - 1, cfg.epochs)
         model.train()
         permutation = torch.randperm(n, generator=order).to(device)
         loss_sum = torch.zeros((), device=device)
         for i in range(0, n, cfg.batch_size):
+            step = (epoch - 1) * steps_per_epoch + i // cfg.batch_size
+            if cfg.schedule.get("kind", "constant") != "constant":  # the lr moves every step
+                for group in optimizer.param_groups:
+                    group["lr"] = cfg.lr * lr_factor(cfg.schedule, step, steps_per_epoch, total_steps)
+            if cfg.fine_tune and dropout_phase(cfg.fine_tune, step) != phase:
+                phase = dropout_phase(cfg.fine_tune, step)
+                model.set_dropout(phase["dropout_on"], phase["dropout_scale"])
             idx = permutation[i:i + cfg.batch_size]
-            x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)  # whole rows: ~6x faster than x[idx]
+            x, y = rows(train_x, idx), train_y.index_select(0, idx)  # whole rows: ~6x faster than x[idx]
             loss, _ = batch_loss(model, cfg.task, augment_batch(x, cfg.augment, order), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -238,15 +290,17 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
             return
 
         # -- evaluation ---------------------------------------------------------------------------
-        metrics["train_loss_eval"], metrics["train_error_eval"] = evaluate(model, train_x, train_y, cfg.task)
-        metrics["val_loss"], metrics["val_error"] = evaluate(model, val_x, val_y, cfg.task)
-        metrics["test_loss"], metrics["test_error"] = evaluate(model, test_x, test_y, cfg.task)
-        if metrics[select_on] < best_val:
+        if cfg.eval_train:
+            metrics.update({f"train_{k}_eval": v for k, v in evaluate(model, train_x, train_y, cfg.task).items()})
+        if len(val_y):  # (val_size 0: all the training data trains; nothing is held out)
+            metrics.update({f"val_{k}": v for k, v in evaluate(model, val_x, val_y, cfg.task, cfg.top5).items()})
+        metrics.update({f"test_{k}": v for k, v in evaluate(model, test_x, test_y, cfg.task, cfg.top5).items()})
+        if len(val_y) and metrics[select_on] < best_val:
             best_val = metrics[select_on]
             best = at_best_val(epoch, metrics)
         metrics.update(best)
         if cfg.activation_stats:
-            metrics.update(median_unit_activations(model, train_x[:STATS_EXAMPLES]))
+            metrics.update(median_unit_activations(model, rows(train_x, slice(0, STATS_EXAMPLES))))
         if epoch == cfg.epochs:
             metrics.update(noise_robustness(model, test_x, test_y, cfg.eval_noise, cfg.seed, cfg.task))
         metrics["diverged"] = 0
@@ -265,6 +319,6 @@ def noise_robustness(model: nn.Module, x: Tensor, y: Tensor, levels, seed: int,
     found = {}
     for a in levels:
         noise = (torch.rand(x.shape, generator=generator) * 2 - 1).to(x.device) * a
-        loss, error = evaluate(model, x + noise, y, task)
-        found[noise_metric("loss", a)], found[noise_metric("error", a)] = loss, error
+        measured = evaluate(model, x + noise, y, task)
+        found[noise_metric("loss", a)], found[noise_metric("error", a)] = measured["loss"], measured["error"]
     return found

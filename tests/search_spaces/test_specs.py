@@ -46,7 +46,7 @@ def test_overrides_replace_axes_and_reach_nested_fields():
     ({"dropout": 1.0}, r"dropout: .*\[0, 1\)"),
     ({"epochz": 3}, r"epochz: unknown field; accepted: .*epochs"),
     ({"model.depht": 3}, r"model.depht: unknown field; accepted: kind, depth, width, init"),
-    ({"dataset": "imagenet"}, r"dataset: Input should be 'mnist', 'digits', 'cifar10'"),
+    ({"dataset": "svhn"}, r"dataset: Input should be 'mnist', 'digits', 'cifar10'"),
     ({"seeds": 0}, r"seeds"),
 ])
 def test_bad_values_name_the_field_and_what_is_accepted(overrides, message):
@@ -78,7 +78,7 @@ ALL_EXPERIMENTS = {
     "mnist_classification", "mnist_robustness", "mnist_autoencoder", "twitter_pos", "timit", "cifar10_shallow",
     "cifar100_wrn", "mnist_soi", "twitter_pos_soi", "timit_soi", "mnist_7layer", "cifar10_small",
     # ELU paper
-    "elu_mnist_learning", "elu_mnist_autoencoder", "elu_cifar100_11layer", "elu_cifar_18layer",
+    "elu_mnist_learning", "elu_mnist_autoencoder", "elu_cifar100_11layer", "elu_cifar_18layer", "elu_imagenet",
 }
 
 
@@ -105,7 +105,7 @@ def test_specs_carry_the_papers_numbers_and_protocols():
     timit = load_spec("timit")
     assert timit.protocol.report_epoch == "best_val_epoch" and (timit.model.depth, timit.model.width) == (5, 2048)
     cifar = load_spec("cifar10_shallow")
-    assert cifar.protocol.retrain_on_full and cifar.data_options.zca and cifar.schedule.start_epoch == 100
+    assert cifar.protocol.retrain_on_full and cifar.data_options.zca and cifar.schedule.start == 100
     wrn = load_spec("cifar100_wrn")
     assert wrn.nesterov and wrn.schedule.kind == "cosine" and wrn.schedule.t0 == 50 and wrn.dropout == [0.3]
     elu = load_spec("elu_mnist_learning")
@@ -142,3 +142,30 @@ def test_robustness_evaluates_the_figure_2_classifiers_themselves():
 def test_noise_levels_must_name_distinct_metrics():
     with pytest.raises(SpecError, match="eval_noise: distinct finite levels"):
         load_spec("mnist_robustness", overrides={"eval_noise": [0.25, 0.2500000001]})
+
+
+def test_elu_experiments_carry_the_papers_section_numbers():
+    sections = {name: load_spec(name).section.split(",")[0] for name in ALL_EXPERIMENTS if name.startswith("elu_")}
+    assert sections == {"elu_mnist_learning": "§4.1.1", "elu_mnist_autoencoder": "§4.1.2",
+                        "elu_cifar100_11layer": "§4.2", "elu_cifar_18layer": "§4.3", "elu_imagenet": "§4.3.1"}
+
+
+def test_elu_cifar_schedules_by_iteration():
+    eleven = load_spec("elu_cifar100_11layer")
+    assert (eleven.schedule.unit, eleven.schedule.milestones) == ("iteration", [35000, 85000, 135000])
+    assert [eleven.lr[0] * f for f in eleven.schedule.factors][1:] == pytest.approx([0.015, 0.0015, 0.00015])
+    assert eleven.epochs * 50_000 // eleven.batch_size == 165_000  # 165k iterations on all 50k images
+    assert (eleven.weight_decay, eleven.momentum) == (5e-4, 0.9)
+    eighteen = load_spec("elu_cifar_18layer")
+    assert (eighteen.lr, eighteen.schedule.milestones, eighteen.schedule.gamma) == ([0.01], [35000], 0.1)
+    assert [(p.from_iteration, p.dropout_on, p.dropout_scale) for p in eighteen.fine_tune] == [
+        (35000, "every_layer", 1.0), (85000, "every_layer", 1.5)]  # 50k, then 40k more
+    assert {n.dataset: n.value for n in eighteen.paper_numbers} == {"cifar100": 0.2428, "cifar10": 0.0655}
+
+
+def test_specs_train_on_all_the_data_where_the_paper_did():
+    for name in ("cifar100_wrn", "elu_cifar100_11layer", "elu_cifar_18layer"):
+        assert load_spec(name).val_size == 0, name
+    assert load_spec("cifar10_shallow").protocol.retrain_on_full  # lr chosen on 5k, then retrained on 50k
+    with pytest.raises(SpecError, match="val_size 0 trains on all the training data and leaves nothing to choose"):
+        load_spec("cifar100_wrn", overrides={"lr": [0.1, 0.05]})

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED_TWPOS, make_cifar, make_timit, needs_twpos
+from tests.conftest import SHARED_TWPOS, make_cifar, make_imagenet, make_timit, needs_twpos
 from workers.datasets import DatasetNotFound, load_dataset
 from workers.twitter_pos import TAGS
 
@@ -51,3 +51,37 @@ def test_timit_from_the_documented_file(tmp_path):
 def test_missing_data_names_the_directory_and_how_to_provide_it(tmp_path, name, where, how):
     with pytest.raises(DatasetNotFound, match=f"{name} not found: looked .*{tmp_path}/{where}.*{how}"):
         load_dataset(name, tmp_path, download=False, val_size=100)
+
+
+def test_cifar_with_no_validation_split_trains_on_all_of_it(tmp_path):
+    make_cifar(tmp_path, "cifar100", per_batch=40, test=20)
+    splits = load_dataset("cifar100", tmp_path, download=False, val_size=0, options={"gcn": True, "zca": True})
+    assert splits.sizes() == {"train": 200, "val": 0, "test": 20}
+
+
+def test_imagenet_from_an_image_folder_reads_batches_on_demand(tmp_path):
+    import torch
+
+    make_imagenet(tmp_path)
+    splits = load_dataset("imagenet", tmp_path, download=False, val_size=3, options={"image_size": 40, "crop": 32})
+    assert splits.sizes() == {"train": 15, "val": 3, "test": 9} and splits.n_classes == 3
+    batch = splits.train_x.read_rows(torch.tensor([0, 4, 2]))
+    assert batch.shape == (3, 3, 40, 40) and batch.dtype == torch.float32 and 0 <= batch.min() <= batch.max() <= 1
+    assert splits.test_x.read_rows(slice(0, 5)).shape == (5, 3, 32, 32)  # evaluation: the central crop
+    with pytest.raises(DatasetNotFound, match="imagenet not found: looked in .*ImageFolder layout"):
+        load_dataset("imagenet", tmp_path / "nothing", download=False, val_size=0)
+
+
+def test_a_tiny_imagenet_run_trains_the_15_layer_network(tmp_path):
+    from search_spaces import load_spec
+    from workers.train import TrialConfig, train_epochs
+
+    make_imagenet(tmp_path, per_class=8)
+    spec = load_spec("elu_imagenet", quick=True)
+    splits = load_dataset("imagenet", tmp_path, False, spec.val_size, options=spec.data_options.model_dump())
+    config = TrialConfig.from_config({**spec.trial_base(), "activation": "elu", "lr": 0.01, "dropout": 0.0, "seed": 0,
+                                      "epochs": 2})
+    history = list(train_epochs(config, splits))
+    assert [m["epoch"] for m in history] == [1, 2] and all(m["diverged"] == 0 for m in history)
+    assert 0 <= history[-1]["test_error_top5"] <= history[-1]["test_error"] <= 1
+    assert "train_loss_eval" not in history[-1]  # eval_train off: the training set is not re-measured

@@ -2,8 +2,14 @@ import pytest
 import torch
 from torch import nn
 
+from search_spaces import load_spec
 from workers.init import unit_norm_rows_
 from workers.models import MLP, build_model
+
+
+def spec_model(name: str, **changes) -> dict:
+    """A catalog experiment's model block, as the trials get it."""
+    return {**load_spec(name).model.model_dump(), **changes}
 
 
 def n_params(model: nn.Module) -> int:
@@ -48,8 +54,9 @@ MODELS = [
     ("cifar_small", {"kind": "cifar_small", "init": "unit_norm_rows"}, (3, 32, 32), 10,
      (3 * 9 * 32 + 32) + (32 * 9 * 32 + 32) + (32 * 9 * 64 + 64) + (64 * 9 * 64 + 64)
      + 64 * 8 * 8 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10),
-    ("elu_cifar_11", {"kind": "elu_cifar_11", "init": "he"}, (3, 32, 32), 100, None),
-    ("elu_cifar_18", {"kind": "elu_cifar_18", "init": "he", "width_scale": 0.1}, (3, 32, 32), 100, None),
+    ("elu_cifar_11", spec_model("elu_cifar100_11layer"), (3, 32, 32), 100, None),
+    ("elu_cifar_18", spec_model("elu_cifar_18layer", width_scale=0.1), (3, 32, 32), 100, None),
+    ("elu_imagenet", spec_model("elu_imagenet", width_scale=0.05, fc=[64, 64]), (3, 64, 64), 1000, None),
     ("wide_resnet", {"kind": "wide_resnet", "depth": 40, "widen_factor": 4, "init": "he"}, (3, 32, 32), 100, None),
 ]
 
@@ -86,10 +93,45 @@ def test_wrn_40_4_has_about_8_9_million_parameters():
     assert kinds == ["Conv2d", "Activation", "Dropout", "Conv2d", "Activation", "BatchNorm2d"]  # Conv-Act-Conv-Act-BN
 
 
-@pytest.mark.parametrize("kind, convs", [("elu_cifar_11", 11), ("elu_cifar_18", 18)])
-def test_elu_paper_convnets_have_their_layer_counts(kind, convs):
-    model = build_model({"kind": kind, "init": "he"}, (3, 32, 32), 100, "elu", 0.0)
-    assert sum(isinstance(m, nn.Conv2d) for m in model.modules()) == convs
+@pytest.mark.parametrize("name, convs, widths", [
+    ("elu_cifar100_11layer", 11, [192, 192, 240, 240, 260, 260, 280, 280, 300, 300, 100]),
+    ("elu_cifar_18layer", 18, [384, 384, 640, 640, 640, 768, 768, 768, 768, 896, 896, 896, 1024, 1024, 1024, 1152,
+                               1152, 100]),
+])
+def test_elu_paper_convnets_have_their_layers_as_the_spec_gives_them(name, convs, widths):
+    model = build_model(spec_model(name), (3, 32, 32), 100, "elu", 0.0)
+    layers = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert len(layers) == convs and [c.out_channels for c in layers] == widths
+    assert sum(isinstance(m, nn.MaxPool2d) for m in model.modules()) == 7  # a pool after each stack
+    # dropout after each stack's last layer at the stack's rate: (0, .1, .2, .3, .4, .5) for the six stacks
+    assert [[d.p for d in stack] for stack in model.dropouts][-1] == []  # the read-out stack has none
+    assert [stack[-1].p for stack in model.dropouts[:-1]] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    assert all(d.p == 0 for stack in model.dropouts for d in stack[:-1])
+
+
+def test_fine_tuning_moves_dropout_to_every_layer_of_a_stack_and_scales_it():
+    model = build_model(spec_model("elu_cifar_18layer", width_scale=0.05), (3, 32, 32), 10, "elu", 0.0)
+    model.set_dropout("every_layer", 1.0)
+    assert [d.p for d in model.dropouts[1]] == [0.1] * 3 and [d.p for d in model.dropouts[5]] == [0.5] * 3
+    model.set_dropout("every_layer", 1.5)
+    assert [d.p for d in model.dropouts[2]] == pytest.approx([0.3] * 4)
+    assert [d.p for d in model.dropouts[5]] == pytest.approx([0.75] * 3)
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)  # CIFAR-10: the read-out takes the classes
+
+
+def test_elu_imagenet_network_has_15_layers_and_a_spatial_pyramid():
+    model = build_model(spec_model("elu_imagenet"), (3, 256, 256), 1000, "elu", 0.0)
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert len(convs) + len(linears) == 15
+    assert [(c.out_channels, c.kernel_size[0]) for c in convs] == [(96, 6)] + [(512, 3)] * 3 + [(768, 3)] * 5 + [
+        (1024, 3)] * 3
+    # 3-level pyramid (1 + 4 + 16 bins) of 1024 channels, then 4096, 4096, 1000
+    assert [(m.in_features, m.out_features) for m in linears] == [(21 * 1024, 4096), (4096, 4096), (4096, 1000)]
+    assert sorted({d.p for d in model.modules() if isinstance(d, nn.Dropout) and d.p}) == [0.5]
+    model.eval()
+    with torch.no_grad():  # any image size: the pyramid fixes the width of the first fully connected layer
+        assert model(torch.randn(1, 3, 224, 224)).shape == model(torch.randn(1, 3, 160, 160)).shape == (1, 1000)
 
 
 def test_shallow_cifar_net_follows_table_1():

@@ -119,16 +119,65 @@ def test_autoencoder_lowers_reconstruction_error(digits):
 
 
 @pytest.mark.parametrize("schedule, expected", [
-    ({"kind": "constant"}, [1, 1, 1, 1]),
-    ({"kind": "linear_decay", "start_epoch": 2}, [1, 1, 1, 0.5]),
-    ({"kind": "cosine", "t0": 4}, [1, 0.8535534, 0.5, 0.1464466]),
-    ({"kind": "cosine", "t0": 2}, [1, 0.5, 1, 0.5]),
-    ({"kind": "step", "milestones": [1, 3], "gamma": 0.1}, [1, 0.1, 0.1, 0.01]),
+    ({"kind": "constant"}, [1, 1, 1, 1, 1]),
+    # GELU §3.5: constant until epoch 2 of 4, then linearly to 0, which it reaches at the end of training
+    ({"kind": "linear_decay", "start": 2}, [1, 1, 1, 0.5, 0]),
+    ({"kind": "cosine", "t0": 4}, [1, 0.8535534, 0.5, 0.1464466, 1]),
+    ({"kind": "cosine", "t0": 2}, [1, 0.5, 1, 0.5, 1]),
+    ({"kind": "step", "milestones": [1, 3], "gamma": 0.1}, [1, 0.1, 0.1, 0.01, 0.01]),
+    # ELU §4.2: by iteration (10 steps an epoch here), the factors of each phase
+    ({"kind": "piecewise", "unit": "iteration", "milestones": [10, 20, 30], "factors": [1, 1, 0.1, 0.01]},
+     [1, 1, 0.1, 0.01, 0.01]),
 ])
-def test_lr_schedules(schedule, expected):
+def test_lr_schedules_at_epoch_starts(schedule, expected):
     from workers.train import lr_factor
 
-    assert [lr_factor(schedule, e, 4) for e in range(4)] == pytest.approx(expected)
+    # 4 epochs of 10 steps; the factor at the first step of each epoch, and after the last step
+    assert [lr_factor(schedule, step, 10, 40) for step in (0, 10, 20, 30, 40)] == pytest.approx(expected)
+
+
+def test_linear_decay_moves_every_step_and_ends_at_zero():
+    from workers.train import lr_factor
+
+    schedule = {"kind": "linear_decay", "start": 100}  # cifar10_shallow: 200 epochs, decay from epoch 100
+    last_epoch = [lr_factor(schedule, step, 390, 390 * 200) for step in range(390 * 199, 390 * 200)]
+    assert last_epoch == sorted(last_epoch, reverse=True) and len(set(last_epoch)) == 390  # within the epoch too
+    assert last_epoch[0] == pytest.approx(1 / 100) and last_epoch[-1] == pytest.approx(1 / 39000)
+    assert lr_factor(schedule, 390 * 200, 390, 390 * 200) == 0.0
+
+
+def test_fine_tuning_phases_switch_the_networks_dropout_at_their_iteration(monkeypatch):
+    from workers import models
+    from workers.train import dropout_phase
+
+    phases = ({"from_iteration": 3, "dropout_on": "every_layer", "dropout_scale": 1.0},
+              {"from_iteration": 5, "dropout_on": "every_layer", "dropout_scale": 1.5})
+    assert [dropout_phase(phases, s) for s in (0, 2, 3, 4, 5, 99)] == [None, None, phases[0], phases[0], phases[1],
+                                                                       phases[1]]
+    calls = []
+    original = models.StackedConvNet.set_dropout
+    monkeypatch.setattr(models.StackedConvNet, "set_dropout",
+                        lambda self, on, scale=1.0: (calls.append((on, scale)), original(self, on, scale))[1])
+    rng = np.random.default_rng(0)
+    images = rng.random((40, 3, 8, 8), dtype=np.float32)
+    labels = rng.integers(0, 10, 40)
+    from workers.splits import Splits
+
+    splits = Splits("tiny", "generated", images, labels, images[:0], labels[:0], images[:8], labels[:8], n_classes=10)
+    model = {"kind": "stacked_conv", "init": "he", "stacks": [[[1, 4, 3]], [[2, 6, 3]], [[1, 100, 1]]],
+             "stack_dropout": [0.0, 0.4, 0.0]}
+    cfg = TrialConfig(activation="elu", lr=0.01, dropout=0.0, seed=0, epochs=2, batch_size=10, optimizer="sgd",
+                      model=model, fine_tune=phases)  # 4 steps an epoch: phases start at steps 3 and 5
+    history = list(train_epochs(cfg, splits))
+    assert calls == [("last_layer", 1.0), ("every_layer", 1.0), ("every_layer", 1.5)]  # built, then at steps 3, 5
+    assert "val_loss" not in history[-1] and "best_val_epoch" not in history[-1]  # nothing held out: no validation
+
+
+def test_top5_error_is_measured_where_asked(digits):
+    cfg = TrialConfig(activation="relu", lr=3e-3, dropout=0.0, seed=0, epochs=1, batch_size=64, model=SMALL_MLP,
+                      top5=True)
+    last = list(train_epochs(cfg, digits))[-1]
+    assert 0 <= last["test_error_top5"] <= last["test_error"] and "val_error_top5" in last
 
 
 def test_augmentation_keeps_shapes_and_flips_or_crops():
