@@ -107,6 +107,14 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_record(args) -> int:
+    from service.record import build_record
+
+    for path in build_record(Path(args.manifest)):
+        print(path)
+    return 0
+
+
 def cmd_export(args) -> int:
     from service.exports import export_sweep
 
@@ -165,9 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(handler=cmd_report)
     export = commands.add_parser("export", help="write a sweep's runs as tidy data: a row per trial and epoch")
     export.add_argument("sweep_id")
-    export.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    export.add_argument("--format", choices=("csv", "csv.gz", "parquet"), default="csv")
     export.add_argument("--out", metavar="DIR", default=".", help="folder for <sweep_id>.csv and its <sweep_id>.json")
     export.set_defaults(handler=cmd_export)
+    record = commands.add_parser("record", help="rebuild a reproduction record (reports, figures, index) from exports")
+    record.add_argument("manifest", help="the campaign manifest, e.g. docs/reproductions/campaign.yaml")
+    record.set_defaults(handler=cmd_record)
     bench = commands.add_parser("bench", add_help=False,
                                 help="plain PyTorch vs per-trial vs fused, on the paper's MNIST classifier")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="see `actsweep bench --help`")

@@ -20,7 +20,7 @@ from service.aggregate import (HISTORY_COLUMNS, RUN_COLUMNS, SweepResults, find_
                                search_runs)
 
 FORMAT = "actsweep-export/1"
-FORMATS = ("csv", "parquet")
+FORMATS = ("csv", "csv.gz", "parquet")
 IDENTITY = ["sweep_id", "experiment", "run_id", "trial_id", "phase", "status", "diverged", "activation", "dropout",
             "lr", "seed"]
 RUN_TAGS = ["trial_key", "execution", "pack_id", "reused_from", "node_ids"]  # run tags worth a column
@@ -67,29 +67,40 @@ def export_sweep(tracking_uri: str, sweep_id: str, out: Path, fmt: str = "csv") 
     frame = tidy_frame(client, sweep_id)
     out.mkdir(parents=True, exist_ok=True)
     data = out / f"{sweep_id}.{fmt}"
-    if fmt == "csv":
-        frame.to_csv(data, index=False)
-    else:
+    if fmt == "parquet":
         frame.to_parquet(data, index=False)
+    else:
+        frame.to_csv(data, index=False)  # (.gz: compressed; pandas reads it back as it is)
     tags = {k: v for k, v in parent.data.tags.items() if not k.startswith("mlflow.")}
     sidecar = out / f"{sweep_id}.json"
     sidecar.write_text(json.dumps({
         "format": FORMAT, "sweep_id": sweep_id, "experiment": tags.get("experiment", ""),
         "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "runs": int(frame["run_id"].nunique()) if len(frame) else 0, "rows": len(frame), "tags": tags,
+        "started_at": _iso(parent.info.start_time), "ended_at": _iso(parent.info.end_time),
+        "wall_s": round((parent.info.end_time - parent.info.start_time) / 1000, 1) if parent.info.end_time else None,
         "mlflow": {"experiment_id": parent.info.experiment_id, "parent_run_id": parent.info.run_id},
         "spec": parent_spec(client, parent.info.run_id)}, indent=2, sort_keys=True))
     return [data, sidecar]
 
 
+def _iso(ms: int | None) -> str | None:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="seconds") if ms else None
+
+
 # -- reading ------------------------------------------------------------------------------------------
+
+def sidecar_of(path: Path) -> Path:
+    """``<sweep id>.json`` beside ``<sweep id>.csv``, ``.csv.gz`` or ``.parquet``."""
+    return path.with_name(path.name.split(".")[0] + ".json")
+
 
 def read_export(path: Path) -> tuple[pd.DataFrame, dict]:
     """An export's table and its sidecar (``<name>.json`` beside it)."""
     path = Path(path)
     if not path.is_file():
         raise ExportError(f"--from-export: no such file {path}")
-    sidecar = path.with_suffix(".json")
+    sidecar = sidecar_of(path)
     if not sidecar.is_file():
         raise ExportError(f"--from-export: {path} has no sidecar {sidecar.name} (written by actsweep export)")
     meta = json.loads(sidecar.read_text())
@@ -147,7 +158,7 @@ def results_from_exports(paths: list[Path], spec: SweepSpec | None = None) -> Sw
         try:
             specs.append(SweepSpec.model_validate(meta["spec"]).unsliced())
         except Exception as exc:
-            raise ExportError(f"--from-export: the spec in {Path(path).with_suffix('.json')} is not valid: {exc}"
+            raise ExportError(f"--from-export: the spec in {sidecar_of(Path(path))} is not valid: {exc}"
                               .splitlines()[0]) from None
     target = spec.unsliced() if spec is not None else specs[0]
     for path, other in zip(paths, specs):
@@ -174,7 +185,7 @@ def results_from_exports(paths: list[Path], spec: SweepSpec | None = None) -> Sw
     # one whole export keeps its provenance tags; several (or another spec's view) have it per source
     tags = dict(metas[0]["tags"]) if len(metas) == 1 and spec is None else {"experiment": target.name}
     sources = [{"sweep": m["sweep_id"], "experiment": m["experiment"], "slice": m["tags"].get("slice", "whole grid"),
-                "runs": m["runs"], "code version": m["tags"].get("code_version", ""),
+                "runs": m["runs"], "wall (s)": m.get("wall_s"), "code version": m["tags"].get("code_version", ""),
                 "hardware": m["tags"].get("hardware", ""), "file": Path(p).name} for p, m in zip(paths, metas)]
     return results_from_runs(runs, target.model_dump(mode="json"), tags, histories,
                              sweep_id="+".join(m["sweep_id"] for m in metas), sources=sources)

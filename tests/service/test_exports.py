@@ -57,6 +57,7 @@ def exported(tmp_path_factory):
     for sweep_id in ("w", "s0", "s1"):
         assert main(["export", sweep_id, "--out", str(out)]) == 0
     assert main(["export", "w", "--out", str(out / "parquet"), "--format", "parquet"]) == 0
+    assert main(["export", "w", "--out", str(out / "gz"), "--format", "csv.gz"]) == 0
     yield uri, out
     mp.undo()
 
@@ -79,7 +80,7 @@ def _comparable(table: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["activation", "dropout", "lr"]).reset_index(drop=True)
 
 
-@pytest.mark.parametrize("files", [["w.csv"], ["s0.csv", "s1.csv"], ["parquet/w.parquet"]])
+@pytest.mark.parametrize("files", [["w.csv"], ["s0.csv", "s1.csv"], ["parquet/w.parquet"], ["gz/w.csv.gz"]])
 def test_a_report_from_exports_equals_the_live_one(exported, files):
     uri, out = exported
     live = sweep_results(uri, "w")
@@ -130,3 +131,34 @@ def test_exports_that_do_not_belong_together_are_refused(exported, tmp_path):
     (tmp_path / "lonely.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ExportError, match="lonely.csv has no sidecar lonely.json"):
         results_from_exports([tmp_path / "lonely.csv"])
+
+
+def test_the_record_is_rebuilt_from_its_manifest(exported, tmp_path, capsys):
+    import shutil
+
+    _, out = exported
+    record = tmp_path / "record"
+    (record / "mnist_classification" / "data").mkdir(parents=True)
+    for name in ("s0.csv", "s0.json", "s1.csv", "s1.json"):
+        shutil.copy(out / name, record / "mnist_classification" / "data" / name)
+    (record / "campaign.yaml").write_text(
+        "machine: a test machine\nintro: Every experiment.\nexperiments:\n"
+        "  - name: mnist_classification\n    spec: mnist_classification\n"
+        "    exports: [mnist_classification/data/s0.csv, mnist_classification/data/s1.csv]\n"
+        "    commands: [actsweep run mnist_classification --slice seed=0]\n"
+        "    deviations: [quick grid]\n")
+    assert main(["record", str(record / "campaign.yaml")]) == 2  # the catalog spec has 50 epochs, these ran 3
+    assert "differs in epochs (50 vs 3)" in capsys.readouterr().err
+    (record / "campaign.yaml").write_text((record / "campaign.yaml").read_text().replace(
+        "spec: mnist_classification", f"spec: {tmp_path / 'grid.yaml'}"))
+    import yaml
+
+    spec = load_spec("mnist_classification", quick=True, overrides=GRID).model_dump(mode="json")
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["record", str(record / "campaign.yaml")]) == 0
+    folder = record / "mnist_classification"
+    assert {"report.md", "report.json", "spec.yaml", "curves_train_loss_eval.png"} <= {p.name for p in folder.iterdir()}
+    index = (record / "README.md").read_text()
+    assert "a test machine" in index and "[mnist_classification](mnist_classification/report.md)" in index
+    assert "quick grid" in index and "`actsweep run mnist_classification --slice seed=0`" in index
+    assert "reproduced" in index and "git test" not in index and "test" in index  # commit column: 'test'
