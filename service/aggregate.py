@@ -35,6 +35,7 @@ AT_BEST_METRICS = ("best_val_epoch", "val_loss_at_best_val", "val_error_at_best_
 NOISE_MEANS = ("test_error_noise_mean", "test_loss_noise_mean")
 NOISE = re.compile(r"test_(error|loss)_noise_([0-9.e+-]+)")
 CONFIG = ["activation", "dropout", "lr"]
+PER_EPOCH_LR = "scheduled_lr"  # the metric "lr" (the lr in effect that epoch); the column lr is the grid point's
 RUN_COLUMNS = ["run_id", "status", "phase", *CONFIG, "seed", "diverged"]
 
 # (runs, metric names) → long table (run_id, activation, dropout, lr, seed, phase, metric, epoch, value)
@@ -205,7 +206,8 @@ def trial_runs(client: MlflowClient, sweep_id: str) -> pd.DataFrame:
     """One row per trial run of the sweep: its grid point, seed, status and final metrics."""
     rows = []
     for run in search_runs(client, f"tags.sweep_id = '{sweep_id}' and tags.role = 'trial'"):
-        tags, metrics = run.data.tags, run.data.metrics
+        tags = run.data.tags
+        metrics = {PER_EPOCH_LR if k == "lr" else k: v for k, v in run.data.metrics.items()}  # lr: the grid's
         rows.append({
             "run_id": run.info.run_id, "status": run.info.status, "phase": tags.get("phase", "grid"),
             "activation": tags["activation"], "dropout": float(tags["dropout"]),

@@ -16,15 +16,14 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from search_spaces import SpecError, SweepSpec
-from service.aggregate import (HISTORY_COLUMNS, RUN_COLUMNS, SweepResults, find_parent_run, parent_spec, results_from_runs,
-                               search_runs)
+from service.aggregate import (HISTORY_COLUMNS, PER_EPOCH_LR, RUN_COLUMNS, SweepResults, find_parent_run, parent_spec,
+                               results_from_runs, search_runs)
 
 FORMAT = "actsweep-export/1"
 FORMATS = ("csv", "csv.gz", "parquet")
 IDENTITY = ["sweep_id", "experiment", "run_id", "trial_id", "phase", "status", "diverged", "activation", "dropout",
             "lr", "seed"]
 RUN_TAGS = ["trial_key", "execution", "pack_id", "reused_from", "node_ids"]  # run tags worth a column
-PER_EPOCH_LR = "scheduled_lr"  # the metric "lr" (the lr in effect that epoch); the column lr is the grid's
 
 
 class ExportError(ValueError):
@@ -211,7 +210,7 @@ def runs_from_tidy(frame: pd.DataFrame) -> pd.DataFrame:
     ordered = frame.sort_values(["run_id", "epoch"], kind="stable")
     last = ordered.groupby("run_id", sort=False)[metrics].last()  # last non-missing value of each metric
     identity = ordered.groupby("run_id", sort=False)[[c for c in RUN_COLUMNS if c != "run_id"]].first()
-    runs = identity.join(last.rename(columns={PER_EPOCH_LR: "lr_last"})).reset_index()
+    runs = identity.join(last).reset_index()
     runs["diverged"] = runs["diverged"].astype(bool)
     return runs
 

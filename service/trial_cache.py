@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from service.aggregate import search_runs
 
-TRAINING_CODE_VERSION = 2  # 2: dropout and SOI masks from uniforms (workers.activations.uniform)
+TRAINING_CODE_VERSION = 3  # 3: schedules moved every step, noise metrics named by %g, eval_train/top5/fine_tune
 # trial_base() fields that do not change what a trial computes: its name and where it runs
 NOT_TRAINING = frozenset({"experiment", "cpus_per_trial", "gpus_per_trial"})
 _METRIC_BATCH = 1000  # MLflow's log_batch limit on metrics per call

@@ -74,7 +74,8 @@ def test_html_report_is_written_with_the_logged_figures(e2e, tmp_path):
     written = _run(env, "report", output["sweep_id"], "--format", "html", "--out", str(tmp_path))
     assert written.returncode == 0, written.stderr
     page = (tmp_path / f"{output['sweep_id']}.html").read_text()
-    assert page.count('<img src="data:image/png;base64,') == 2  # curves of train_loss_eval and val_loss
+    # curves of train_loss_eval and val_loss, and robustness (Fig. 2's classifiers are also measured under noise)
+    assert page.count('<img src="data:image/png;base64,') == 3
     assert f"sweep {output['sweep_id']}" in page and "model:" in page
 
 

@@ -171,3 +171,12 @@ def test_ranking_claims_give_a_verdict_per_pair_and_panel(ranked):
     report = render(results, "md")
     assert "Orderings the paper shows" in report and "gelu_tanh < relu on train_loss_eval (dropout 0.5)" in report
     assert len(to_json(results)["claim_verdicts"]) == len(found)
+
+
+def test_the_scheduled_lr_of_an_epoch_does_not_replace_the_trials_grid_lr(tmp_path):
+    spec = {"name": "wrn", "dropout": [0.3], "protocol": {"select_lr_by": "val_error", "headline_metric": "test_error"}}
+    uri, logger = sweep_logger(tmp_path, "c1", "wrn", {}, spec)
+    log_trial(logger, "t1", {"activation": "relu", "lr": 0.1, "dropout": 0.3, "seed": 0},
+              _epochs({"lr": 0.1, "val_error": 0.5, "test_error": 0.5}, {"lr": 0.0999, "val_error": 0.4, "test_error": 0.4}))
+    results = sweep_results(uri, "c1")
+    assert results.rows()[0]["lr"] == 0.1 and results.runs["scheduled_lr"].tolist() == [0.0999]
