@@ -1,5 +1,7 @@
 """The experiment catalog: YAML specs in this folder, validated by :class:`SweepSpec`."""
 from search_spaces.catalog import SpecError, catalog, load_spec, parse_set_options, spec_path
-from search_spaces.schema import GRID_AXES, SweepSpec
+from search_spaces.plan import LrSearch, Plan, packs
+from search_spaces.schema import SweepSpec
 
-__all__ = ["GRID_AXES", "SpecError", "SweepSpec", "catalog", "load_spec", "parse_set_options", "spec_path"]
+__all__ = ["LrSearch", "Plan", "SpecError", "SweepSpec", "catalog", "load_spec", "packs", "parse_set_options",
+           "spec_path"]

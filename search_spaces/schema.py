@@ -10,18 +10,15 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationInfo,
-                      field_validator)
+from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt,
+                      ValidationInfo, field_validator)
 
-from workers.activations import ACTIVATIONS
-from workers.datasets import DATASETS
-from workers.fused import FUSABLE_KINDS
-from workers.models import MODEL_KINDS
+from search_spaces.plan import LrSearch, Plan
+from workers.registry import ACTIVATIONS, DATASETS, FUSABLE_MODELS, MODELS, OWN_VALIDATION
+from workers.trial import GridPoint
 
-ActivationName = Literal[ACTIVATIONS]  # type: ignore[valid-type]
-DatasetName = Literal[DATASETS]  # type: ignore[valid-type]
-GRID_AXES = ("activation", "lr", "dropout")
-OWN_VALIDATION = ("twitter_pos", "timit")  # datasets that come with their own validation split
+ActivationName = Literal[ACTIVATIONS.names()]  # type: ignore[valid-type]
+DatasetName = Literal[DATASETS.names()]  # type: ignore[valid-type]
 
 
 class StrictModel(BaseModel):
@@ -31,7 +28,7 @@ class StrictModel(BaseModel):
 class ModelSpec(StrictModel):
     """The network; which fields a kind reads is said in workers/models.py."""
 
-    kind: Literal[MODEL_KINDS] = "mlp"  # type: ignore[valid-type]
+    kind: Literal[MODELS.names()] = "mlp"  # type: ignore[valid-type]
     depth: int = Field(8, ge=1, le=200)  # hidden layers (mlp, window_tagger); layers (wide_resnet: 6n+4)
     width: int = Field(128, ge=1, le=65536)  # units per hidden layer; first conv width (cifar_shallow)
     init: Literal["unit_norm_rows", "he", "torch_default"] = "unit_norm_rows"
@@ -183,7 +180,7 @@ class PaperNumber(StrictModel):
 
 class RankingClaim(StrictModel):
     """An ordering the paper claims, often only in a figure: ``best`` does better on ``metric`` than
-    every other activation of the sweep. The report gives a verdict per pair (service.paper_table)."""
+    every other activation of the sweep. The report gives a verdict per pair (service.reporting.paper_table)."""
 
     text: str = ""
     best: ActivationName
@@ -255,8 +252,8 @@ class SweepSpec(StrictModel):
         model, augment = info.data.get("model"), info.data.get("augment")
         if value.mode != "fused" or model is None:
             return value
-        if model.kind not in FUSABLE_KINDS:
-            raise ValueError(f"mode fused takes model.kind {' or '.join(FUSABLE_KINDS)}, not {model.kind!r}; "
+        if model.kind not in FUSABLE_MODELS:
+            raise ValueError(f"mode fused takes model.kind {' or '.join(FUSABLE_MODELS)}, not {model.kind!r}; "
                              f"use mode per_trial")
         if augment is not None and (augment.crop_padding or augment.flip):
             raise ValueError("mode fused takes no augment; use mode per_trial")
@@ -344,12 +341,10 @@ class SweepSpec(StrictModel):
 
     @property
     def trial_count(self) -> int:
-        if self.search:
-            return len(self.searched_pairs()) * self.search.num_samples * len(self.seed_list)
-        return len(self.grid_points())
+        return self.plan().trials
 
     def searched_pairs(self) -> list[tuple[str, float]]:
-        """The (activation, dropout) pairs; with ``search``, each gets its own lr search."""
+        """The (activation, dropout) pairs of the grid (its slice's); with ``search``, each gets its own lr search."""
         return [(a, d) for a in self.activation for d in self.dropouts_of(a)
                 if (self.slice.activation is None or a in self.slice.activation)
                 and (self.slice.dropout is None or d in self.slice.dropout)]
@@ -357,14 +352,20 @@ class SweepSpec(StrictModel):
     def dropouts_of(self, activation: str) -> list[float]:
         return self.dropout_for.get(activation, self.dropout)
 
-    def grid_points(self) -> list[dict]:
-        """Every trial of the sweep, in a fixed order: activation, dropout, lr, then seed (none
+    def grid_points(self) -> list[GridPoint]:
+        """Every trial of the grid, in a fixed order: activation, dropout, lr, then seed (none
         known in advance when the lr is searched)."""
         if self.search:
             return []
-        return [{"activation": a, "dropout": d, "lr": lr, "seed": seed}
-                for a, d in self.searched_pairs() for lr in self.lr for seed in self.seed_list
+        return [GridPoint(a, lr, d, seed) for a, d in self.searched_pairs() for lr in self.lr for seed in self.seed_list
                 if self.slice.lr is None or lr in self.slice.lr]
+
+    def plan(self) -> Plan:
+        """The phases this sweep trains: its grid (or lr searches), then the retraining if the protocol asks."""
+        searches = [] if self.search is None else [
+            LrSearch(a, d, self.search.lr_low, self.search.lr_high, self.search.log, self.search.num_samples,
+                     self.search.metric, self.search.seed, tuple(self.seed_list)) for a, d in self.searched_pairs()]
+        return Plan(self.trial_base(), self.grid_points(), searches, self.protocol.retrain_on_full, tuple(self.seed_list))
 
     def trial_base(self) -> dict:
         """The settings every trial of the sweep shares (the grid point is added per trial)."""

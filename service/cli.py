@@ -10,11 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from search_spaces import SpecError, catalog, load_spec, parse_set_options
-from service.aggregate import SweepNotFound, sweep_results
-from service.exports import ExportError
-from service.report import FORMATS, render
+from service.reporting.report import FORMATS, render
+from service.reporting.results import sweep_results
+from service.runs.exports import ExportError
+from service.runs.store import RunStore, SweepNotFound
 from service.settings import get_settings
-from workers.datasets import DatasetNotFound
+from workers.data import DatasetNotFound
 
 USER_ERRORS = (SpecError, DatasetNotFound, SweepNotFound, ExportError)
 
@@ -43,8 +44,8 @@ def cmd_run(args) -> int:
         overrides["execution.rerun"] = True
     spec = load_spec(args.experiment, quick=args.quick, overrides=overrides)
     # Imported once the spec is valid: Ray and Tune take seconds to import.
-    from service.progress import LiveProgress
-    from service.sweeps import connect_ray, load_splits, new_sweep_id, run_sweep
+    from service.orchestration.progress import LiveProgress
+    from service.orchestration.sweeps import connect_ray, load_splits, new_sweep_id, run_sweep
 
     splits = load_splits(spec, settings)
     console = Console(stderr=True, soft_wrap=True)
@@ -77,7 +78,7 @@ def cmd_run(args) -> int:
 def cmd_report(args) -> int:
     settings = get_settings()
     if args.from_export:
-        from service.exports import parse_spec_option, results_from_exports
+        from service.reporting.results import parse_spec_option, results_from_exports
 
         results = results_from_exports([Path(p) for p in args.from_export], parse_spec_option(args.spec))
         name = results.experiment
@@ -88,9 +89,10 @@ def cmd_report(args) -> int:
         raise SpecError("report: give a SWEEP_ID, or --from-export FILE ...")
     figures = None
     if args.format == "html" or args.out:
-        from service.figures import render_figures, stored_figures
+        from service.reporting.figures import render_figures, stored_figures
 
-        figures = render_figures(results) if args.from_export else stored_figures(results, settings.resolved_tracking_uri)
+        figures = render_figures(results) if args.from_export else stored_figures(
+            results, RunStore(settings.resolved_tracking_uri))
     text = render(results, args.format, figures, settings.resolved_mlflow_ui_url)
     if args.out:
         out = Path(args.out)
@@ -108,7 +110,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_record(args) -> int:
-    from service.record import build_record
+    from service.reporting.record import build_record
 
     for path in build_record(Path(args.manifest)):
         print(path)
@@ -116,15 +118,15 @@ def cmd_record(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from service.exports import export_sweep
+    from service.runs.exports import export_sweep
 
-    for path in export_sweep(get_settings().resolved_tracking_uri, args.sweep_id, Path(args.out), args.format):
+    for path in export_sweep(RunStore(get_settings().resolved_tracking_uri), args.sweep_id, Path(args.out), args.format):
         print(path)
     return 0
 
 
 def cmd_bench(args) -> int:
-    from bench.speed import main as bench
+    from service.benchmarks.speed import main as bench
 
     bench([a for i, a in enumerate(args.bench_args) if not (i == 0 and a == "--")])
     return 0

@@ -1,7 +1,7 @@
 """The nonlinearities compared by the GELU and ELU papers.
 
-Every activation is an ``nn.Module`` built by :func:`make_activation` from its name, so a spec
-names it with one string. The maths follows the papers:
+Every activation is an :class:`Activation` module built from its name (workers.registry.ACTIVATIONS
+says which function computes it), so a spec names it with one string. The maths follows the papers:
 
 - GELU (Hendrycks & Gimpel §2): x·Φ(x), Φ the standard normal CDF; the general form
   x·P(X ≤ x), X ~ N(μ, σ²), tends to ReLU as σ → 0.
@@ -15,14 +15,12 @@ names it with one string. The maths follows the papers:
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "elu", "lrelu", "silu", "soi", "lalu")
-STOCHASTIC_ACTIVATIONS = frozenset({"soi"})
+from workers.registry import ACTIVATIONS, STOCHASTIC_ACTIVATIONS
 
 
 def normal_cdf(x: Tensor) -> Tensor:
@@ -40,6 +38,21 @@ def gelu(x: Tensor, mu: float = 0.0, sigma: float = 1.0) -> Tensor:
 def gelu_tanh(x: Tensor) -> Tensor:
     """The paper's tanh approximation of the GELU."""
     return F.gelu(x, approximate="tanh")
+
+
+def elu(x: Tensor) -> Tensor:
+    """ELU with α = 1 (Clevert et al.)."""
+    return F.elu(x, alpha=1.0)
+
+
+def lrelu(x: Tensor) -> Tensor:
+    """Leaky ReLU with slope 0.1, as in the ELU paper."""
+    return F.leaky_relu(x, negative_slope=0.1)
+
+
+def soi_expectation(x: Tensor) -> Tensor:
+    """The SOI map at test time: its expectation x·Φ(x), the (exact) GELU."""
+    return gelu(x)
 
 
 def lalu(x: Tensor) -> Tensor:
@@ -89,35 +102,17 @@ class Dropout(nn.Dropout):
         return x * dropout_noise(x.shape, self.p, x.device)
 
 
-_DETERMINISTIC: dict[str, Callable[[Tensor], Tensor]] = {
-    "gelu": gelu,
-    "gelu_tanh": gelu_tanh,
-    "relu": F.relu,
-    "elu": lambda x: F.elu(x, alpha=1.0),
-    "lrelu": lambda x: F.leaky_relu(x, negative_slope=0.1),
-    "silu": F.silu,
-    "lalu": lalu,
-}
-
-
 class Activation(nn.Module):
     """A named pointwise nonlinearity; ``soi`` is stochastic in train mode only."""
 
     def __init__(self, name: str):
         super().__init__()
-        if name not in ACTIVATIONS:
-            raise ValueError(f"activation: unknown {name!r}; accepted: {', '.join(ACTIVATIONS)}")
-        self.name = name
+        self.name, self.function = name, ACTIVATIONS.get(name)  # (ValueError naming the accepted names)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.name == "soi":
+        if self.name in STOCHASTIC_ACTIVATIONS:
             return soi_map(x, self.training)
-        return _DETERMINISTIC[self.name](x)
+        return self.function(x)
 
     def extra_repr(self) -> str:
         return self.name
-
-
-def make_activation(name: str) -> Activation:
-    """The activation module for a spec's activation name."""
-    return Activation(name)

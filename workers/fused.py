@@ -27,13 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from workers.activations import STOCHASTIC_ACTIVATIONS, Activation, _DETERMINISTIC, soi_map, uniform
+from workers.activations import Activation, soi_map, uniform
+from workers.data.splits import Splits
 from workers.models import build_model
-from workers.splits import Splits
-from workers.train import (EVAL_BATCH, STATS_EXAMPLES, TrialConfig, at_best_val, lr_factor, noise_metric,
-                           unit_activation_medians)
+from workers.registry import ACTIVATIONS, FUSABLE_MODELS, STOCHASTIC_ACTIVATIONS
+from workers.train import EVAL_BATCH, STATS_EXAMPLES, at_best_val, lr_factor, noise_metric, unit_activation_medians
+from workers.trial import TrialConfig
 
-FUSABLE_KINDS = ("mlp", "autoencoder")
 # Settings that must be equal across a pack's members (the rest may differ: activation, lr, dropout, seed).
 SHARED = ("epochs", "batch_size", "task", "optimizer", "momentum", "nesterov", "weight_decay", "schedule", "augment",
           "eval_noise", "activation_stats", "eval_train", "model")
@@ -41,8 +41,8 @@ SHARED = ("epochs", "batch_size", "task", "optimizer", "momentum", "nesterov", "
 
 def fusable(cfg: TrialConfig) -> str | None:
     """Why ``cfg`` cannot run in a fused pack, or None if it can."""
-    if cfg.model["kind"] not in FUSABLE_KINDS:
-        return f"model.kind {cfg.model['kind']!r} (fused packs take {', '.join(FUSABLE_KINDS)})"
+    if cfg.model["kind"] not in FUSABLE_MODELS:
+        return f"model.kind {cfg.model['kind']!r} (fused packs take {', '.join(FUSABLE_MODELS)})"
     if cfg.augment and any(cfg.augment.values()):
         return "augment (fused packs take vector inputs without augmentation)"
     if cfg.fine_tune:
@@ -82,7 +82,7 @@ class StackedNet(nn.Module):
     def _activate(self, x: Tensor, members: list[int]) -> Tensor:
         groups = self._groups(members)  # one slice per activation when the pack is sorted by it
         if len(groups) == 1 and groups[0][0] not in STOCHASTIC_ACTIVATIONS:
-            return _DETERMINISTIC[groups[0][0]](x)
+            return ACTIVATIONS.get(groups[0][0])(x)
         if all(name in _INTO for name, _, _ in groups):
             return _GroupedActivation.apply(x, groups)
         parts = []  # soi or lalu among several: a slice each, joined (autograd then pays a copy per slice)
@@ -91,7 +91,7 @@ class StackedNet(nn.Module):
                 u = self._uniforms(torch.empty_like(x[start:end]), members[start:end]) if self.training else None
                 parts.append(soi_map(x[start:end], self.training, u=u))
             else:
-                parts.append(_DETERMINISTIC[name](x[start:end]))
+                parts.append(ACTIVATIONS.get(name)(x[start:end]))
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     def _uniforms(self, out: Tensor, members: list[int]) -> Tensor:
@@ -288,6 +288,99 @@ def evaluate_pack(net: StackedNet, members: list[int], x: Tensor, y: Tensor, tas
     return (loss_sum / n).tolist(), (wrong / n).tolist()
 
 
+class _PackState:
+    """A pack in training: the stacked network and optimiser, each member's streams and best epoch,
+    and which members are still in it (indices into ``cfgs``)."""
+
+    def __init__(self, cfgs: list[TrialConfig], splits: Splits, device: torch.device):
+        self.cfgs, self.first, self.device = cfgs, cfgs[0], device
+        references, self.masks = [], []
+        for cfg in cfgs:  # per member: the reference network under its seed, then its mask stream
+            torch.manual_seed(cfg.seed)
+            references.append(build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation, cfg.dropout))
+            self.masks.append(_mask_stream(cfg.seed, device))
+        self.net = StackedNet(references, [c.activation for c in cfgs], [c.dropout for c in cfgs]).to(device)
+        self.net.generators = self.masks
+        self.orders = [torch.Generator().manual_seed(cfg.seed) for cfg in cfgs]  # data order, as in train_epochs
+        self.optimizer = StackedOptimizer(self.first, list(self.net.parameters()), [c.lr for c in cfgs])
+        self.members = list(range(len(cfgs)))
+        self.best_val = [math.inf] * len(cfgs)
+        self.best: list[dict] = [{} for _ in cfgs]
+        self.select_on = "val_loss" if self.first.task == "reconstruct" else "val_error"
+
+    def keep(self, positions: list[int]) -> None:
+        """Keep the members at these positions of ``members`` (the others have left the pack)."""
+        index = torch.tensor(positions, device=self.device)
+        self.net.keep(index)
+        self.optimizer.keep(index, list(self.net.parameters()))
+        self.members = [self.members[i] for i in positions]
+
+    def restore(self, resume: dict) -> int:
+        """Continue after a checkpointed epoch, without the members that had left; returns the next epoch."""
+        if len(resume["members"]) < len(self.cfgs):
+            self.keep(resume["members"])  # (the positions of the members kept are their indices)
+        self.net.load_state_dict(resume["net"])
+        self.optimizer.load_state_dict(resume["optimizer"])
+        for generator, state in zip([*self.masks, *self.orders], [*resume["masks"], *resume["orders"]]):
+            generator.set_state(state)
+        self.best_val, self.best = resume["best_val"], resume["best"]
+        return resume["epoch"] + 1
+
+    def state(self, epoch: int) -> dict:
+        return {"epoch": epoch, "members": self.members, "net": self.net.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "masks": [g.get_state() for g in self.masks],
+                "orders": [g.get_state() for g in self.orders], "best_val": self.best_val, "best": self.best}
+
+    def train_epoch(self, epoch: int, train_x: Tensor, train_y: Tensor) -> list[float]:
+        """One pass over each member's shuffled training set, batches by indexing; the members' mean losses."""
+        first, n, batch = self.first, len(train_y), self.first.batch_size
+        steps_per_epoch = math.ceil(n / batch)
+        permutations = torch.stack([torch.randperm(n, generator=self.orders[m]) for m in self.members]).to(self.device)
+        loss_sum = torch.zeros(len(self.members), device=self.device)
+        for i in range(0, n, batch):
+            if first.schedule.get("kind", "constant") != "constant":  # the lr moves every step, as alone
+                step = (epoch - 1) * steps_per_epoch + i // batch
+                self.optimizer.factor = lr_factor(first.schedule, step, steps_per_epoch, steps_per_epoch * first.epochs)
+            idx = permutations[:, i:i + batch]
+            # (P, B): each member its own examples; index_select copies whole rows, ~3x faster than x[idx]
+            x = train_x.index_select(0, idx.flatten()).view(*idx.shape, -1)
+            y = train_y.index_select(0, idx.flatten()).view(idx.shape)
+            losses, _ = _losses(self.net(x, self.members), x, y, first.task)
+            for param in self.net.parameters():
+                param.grad = None
+            losses.sum().backward()  # members' graphs are disjoint: each gets its own gradient
+            self.optimizer.step()
+            loss_sum += losses.detach() * idx.shape[1]
+        return (loss_sum / n).tolist()
+
+    def measure(self, epoch: int, train_loss: list[float], data: dict[str, tuple[Tensor, Tensor] | None],
+                started: float) -> dict[int, dict]:
+        """Each member's metrics of the epoch (the keys of workers.train.train_epochs), by member."""
+        first, members = self.first, self.members
+        evaluated = {name: evaluate_pack(self.net, members, *split, first.task)
+                     for name, split in data.items() if split is not None and name != "stats"}
+        stats = _unit_activations(self.net, members, data["stats"][0]) if first.activation_stats else None
+        noise = _noise_robustness(self.net, members, self.cfgs, *data["test"]) if epoch == first.epochs else {}
+        seconds = time.perf_counter() - started
+        found = {}
+        for j, m in enumerate(members):
+            metrics = {"epoch": epoch, "train_loss": train_loss[j], "lr": self.cfgs[m].lr * self.optimizer.factor}
+            for name, (losses, errors) in evaluated.items():
+                metrics[f"{name}_loss_eval" if name == "train" else f"{name}_loss"] = losses[j]
+                metrics[f"{name}_error_eval" if name == "train" else f"{name}_error"] = errors[j]
+            if self.select_on in metrics and metrics[self.select_on] < self.best_val[m]:
+                self.best_val[m] = metrics[self.select_on]
+                self.best[m] = at_best_val(epoch, metrics)
+            metrics.update(self.best[m])
+            if stats is not None:
+                metrics.update(unit_activation_medians([layer[j] for layer in stats]))
+            metrics.update({key: values[j] for key, values in noise.items()})
+            metrics["diverged"] = 0
+            metrics["epoch_seconds"] = seconds  # the pack's epoch: members share it
+            found[m] = metrics
+        return found
+
+
 def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str = "cpu", *,
                resume: dict | None = None, on_state: Callable[[dict], None] | None = None) -> Iterator[list[dict | None]]:
     """Train the members of a pack together; yield, after every epoch, one metrics dict per member
@@ -304,102 +397,35 @@ def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | s
     if differing:
         raise ValueError(f"a fused pack shares {', '.join(differing)}; its members differ there")
 
-    # -- setup: per member the reference network under its seed, and its streams ------------------
-    references, masks = [], []
-    for cfg in cfgs:
-        torch.manual_seed(cfg.seed)
-        references.append(build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation, cfg.dropout))
-        masks.append(_mask_stream(cfg.seed, device))
-    net = StackedNet(references, [c.activation for c in cfgs], [c.dropout for c in cfgs]).to(device)
-    net.generators = masks
-    orders = [torch.Generator().manual_seed(cfg.seed) for cfg in cfgs]  # data order, as in train_epochs
+    # -- setup: the stacked network, each member's streams, the data resident on the device --------
+    pack = _PackState(cfgs, splits, device)
     flat = [torch.as_tensor(a, device=device) for a in (splits.train_x, splits.train_y, splits.val_x, splits.val_y,
                                                           splits.test_x, splits.test_y)]
     train_x, train_y, val_x, val_y, test_x, test_y = [t.flatten(1) if i % 2 == 0 else t for i, t in enumerate(flat)]
-    optimizer = StackedOptimizer(first, list(net.parameters()), [c.lr for c in cfgs])
-    members = list(range(len(cfgs)))  # the members still in the pack, as indices into cfgs
-    n, batch = len(train_y), first.batch_size
-    steps_per_epoch = math.ceil(n / batch)
-    best_val = [math.inf] * len(cfgs)
-    best: list[dict] = [{} for _ in cfgs]
-    select_on = "val_loss" if first.task == "reconstruct" else "val_error"
-    first_epoch = 1
-    if resume is not None:  # continue after the checkpointed epoch, without the members that had left
-        members = resume["members"]
-        if len(members) < len(cfgs):
-            index = torch.tensor(members, device=device)
-            net.keep(index)
-            optimizer.keep(index, list(net.parameters()))
-        net.load_state_dict(resume["net"])
-        optimizer.load_state_dict(resume["optimizer"])
-        for generator, state in zip([*masks, *orders], [*resume["masks"], *resume["orders"]]):
-            generator.set_state(state)
-        best_val, best, first_epoch = resume["best_val"], resume["best"], resume["epoch"] + 1
+    data = {"train": (train_x, train_y) if first.eval_train else None, "val": (val_x, val_y) if len(val_y) else None,
+            "test": (test_x, test_y), "stats": (train_x[:STATS_EXAMPLES], None)}
+    first_epoch = pack.restore(resume) if resume is not None else 1
 
     for epoch in range(first_epoch, first.epochs + 1):
-        # -- one pass over each member's shuffled training set, batches by indexing --------------
         started = time.perf_counter()
-        permutations = torch.stack([torch.randperm(n, generator=orders[m]) for m in members]).to(device)
-        loss_sum = torch.zeros(len(members), device=device)
-        for i in range(0, n, batch):
-            if first.schedule.get("kind", "constant") != "constant":  # the lr moves every step, as alone
-                step = (epoch - 1) * steps_per_epoch + i // batch
-                optimizer.factor = lr_factor(first.schedule, step, steps_per_epoch, steps_per_epoch * first.epochs)
-            idx = permutations[:, i:i + batch]
-            # (P, B): each member its own examples; index_select copies whole rows, ~3x faster than x[idx]
-            x = train_x.index_select(0, idx.flatten()).view(*idx.shape, -1)
-            y = train_y.index_select(0, idx.flatten()).view(idx.shape)
-            losses, _ = _losses(net(x, members), x, y, first.task)
-            for param in net.parameters():
-                param.grad = None
-            losses.sum().backward()  # members' graphs are disjoint: each gets its own gradient
-            optimizer.step()
-            loss_sum += losses.detach() * idx.shape[1]
-        train_loss = (loss_sum / n).tolist()
-        lr = [c.lr * optimizer.factor for c in cfgs]
+        train_loss = pack.train_epoch(epoch, train_x, train_y)
         report: list[dict | None] = [None] * len(cfgs)
-        diverged = [m for m, loss in zip(members, train_loss) if not math.isfinite(loss)]
+        diverged = [m for m, loss in zip(pack.members, train_loss) if not math.isfinite(loss)]
         for m in diverged:  # as train_epochs: the diverged epoch is reported, then the member stops
-            report[m] = {"epoch": epoch, "train_loss": train_loss[members.index(m)], "lr": lr[m], "diverged": 1,
+            report[m] = {"epoch": epoch, "train_loss": train_loss[pack.members.index(m)],
+                         "lr": cfgs[m].lr * pack.optimizer.factor, "diverged": 1,
                          "epoch_seconds": time.perf_counter() - started}
         if diverged:
-            keep = [i for i, m in enumerate(members) if m not in diverged]
-            index = torch.tensor(keep, device=device)
-            net.keep(index)
-            optimizer.keep(index, list(net.parameters()))
+            keep = [i for i, m in enumerate(pack.members) if m not in diverged]
             train_loss = [train_loss[i] for i in keep]
-            members = [members[i] for i in keep]
-        if not members:
+            pack.keep(keep)
+        if not pack.members:
             yield report
             return
-
-        # -- evaluation ---------------------------------------------------------------------------
-        splits_to_measure = {"train": (train_x, train_y) if first.eval_train else None,
-                             "val": (val_x, val_y) if len(val_y) else None, "test": (test_x, test_y)}
-        evaluated = {name: evaluate_pack(net, members, *split, first.task)
-                     for name, split in splits_to_measure.items() if split is not None}
-        stats = _unit_activations(net, members, train_x[:STATS_EXAMPLES]) if first.activation_stats else None
-        noise = _noise_robustness(net, members, cfgs, test_x, test_y) if epoch == first.epochs else {}
-        seconds = time.perf_counter() - started
-        for j, m in enumerate(members):
-            metrics = {"epoch": epoch, "train_loss": train_loss[j], "lr": lr[m]}
-            for name, (losses, errors) in evaluated.items():
-                metrics[f"{name}_loss_eval" if name == "train" else f"{name}_loss"] = losses[j]
-                metrics[f"{name}_error_eval" if name == "train" else f"{name}_error"] = errors[j]
-            if select_on in metrics and metrics[select_on] < best_val[m]:
-                best_val[m] = metrics[select_on]
-                best[m] = at_best_val(epoch, metrics)
-            metrics.update(best[m])
-            if stats is not None:
-                metrics.update(unit_activation_medians([layer[j] for layer in stats]))
-            metrics.update({key: values[j] for key, values in noise.items()})
-            metrics["diverged"] = 0
-            metrics["epoch_seconds"] = seconds  # the pack's epoch: members share it
+        for m, metrics in pack.measure(epoch, train_loss, data, started).items():
             report[m] = metrics
         if on_state is not None:
-            on_state({"epoch": epoch, "members": members, "net": net.state_dict(), "optimizer": optimizer.state_dict(),
-                      "masks": [g.get_state() for g in masks], "orders": [g.get_state() for g in orders],
-                      "best_val": best_val, "best": best})
+            on_state(pack.state(epoch))
         yield report
 
 

@@ -5,11 +5,14 @@ Every network takes the grid point's ``activation`` (one name for all its nonlin
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
-from workers.activations import Dropout, make_activation
+from workers.activations import Activation, Dropout
 from workers.init import INITS
+from workers.registry import MODELS
 
 
 def _init(module: nn.Module, init: str) -> None:
@@ -29,7 +32,7 @@ class MLP(nn.Module):
         layers: list[nn.Module] = [nn.Flatten()]
         dims = [in_dim] + [width] * depth
         for fan_in, fan_out in zip(dims[:-1], dims[1:]):
-            layers += [nn.Linear(fan_in, fan_out), make_activation(activation)]
+            layers += [nn.Linear(fan_in, fan_out), Activation(activation)]
             if dropout > 0:
                 layers.append(Dropout(dropout))
         layers.append(nn.Linear(dims[-1], n_classes))
@@ -54,7 +57,7 @@ class Autoencoder(nn.Module):
         for i, (fan_in, fan_out) in enumerate(zip(dims[:-1], dims[1:]), start=1):
             layers.append(nn.Linear(fan_in, fan_out))
             if i not in (code, len(dims) - 1):
-                layers.append(make_activation(activation))
+                layers.append(Activation(activation))
                 if dropout > 0:
                     layers.append(Dropout(dropout))
         self.net = nn.Sequential(*layers)
@@ -82,7 +85,7 @@ def _conv(c_in: int, c_out: int, kernel: int, activation: str, batch_norm: bool,
     layers: list[nn.Module] = [nn.Conv2d(c_in, c_out, kernel, padding=padding, bias=not batch_norm)]
     if batch_norm:
         layers.append(nn.BatchNorm2d(c_out))
-    layers.append(make_activation(activation))
+    layers.append(Activation(activation))
     return layers
 
 
@@ -138,8 +141,8 @@ class SmallCIFARNet(nn.Module):
             layers += [nn.MaxPool2d(2), nn.Dropout(dropout / 2)]
             c_in = width
         flat = 64 * (image_size // 4) ** 2
-        layers += [nn.Flatten(), nn.Linear(flat, 512), make_activation(activation),
-                   nn.Linear(512, 256), make_activation(activation), nn.Dropout(dropout), nn.Linear(256, n_classes)]
+        layers += [nn.Flatten(), nn.Linear(flat, 512), Activation(activation),
+                   nn.Linear(512, 256), Activation(activation), nn.Dropout(dropout), nn.Linear(256, n_classes)]
         self.net = nn.Sequential(*layers)
         _init(self.net, init)
 
@@ -177,7 +180,7 @@ class StackedConvNet(nn.Module):
                     layers.append(nn.Conv2d(c_in, c_out, kernel, stride=stride,
                                             padding="same" if stride == 1 else kernel // 2))
                     if not readout:
-                        layers.append(make_activation(activation))
+                        layers.append(Activation(activation))
                         self.dropouts[-1].append(Dropout(0.0))
                         layers.append(self.dropouts[-1][-1])
                     c_in, first = c_out, False
@@ -186,7 +189,7 @@ class StackedConvNet(nn.Module):
             layers.append(SpatialPyramidPool(spp_levels or [1]))
             widths = [c_in * sum(level * level for level in (spp_levels or [1])), *fc]
             for fan_in, fan_out in zip(widths[:-1], widths[1:]):
-                layers += [nn.Linear(fan_in, fan_out), make_activation(activation), Dropout(fc_dropout)]
+                layers += [nn.Linear(fan_in, fan_out), Activation(activation), Dropout(fc_dropout)]
             layers.append(nn.Linear(widths[-1], n_classes))
         else:
             layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
@@ -225,8 +228,8 @@ class WideBlock(nn.Module):
     def __init__(self, c_in: int, c_out: int, stride: int, activation: str, dropout: float):
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), make_activation(activation),
-            nn.Dropout(dropout), nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), make_activation(activation),
+            nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), Activation(activation),
+            nn.Dropout(dropout), nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), Activation(activation),
             nn.BatchNorm2d(c_out))
         self.shortcut = (nn.Identity() if c_in == c_out and stride == 1
                          else nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False))
@@ -251,7 +254,7 @@ class WideResNet(nn.Module):
             for b in range(n):
                 layers.append(WideBlock(c_in, width, 2 if group > 0 and b == 0 else 1, activation, dropout))
                 c_in = width
-        layers += [nn.BatchNorm2d(c_in), make_activation(activation), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        layers += [nn.BatchNorm2d(c_in), Activation(activation), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                    nn.Linear(c_in, n_classes)]
         self.net = nn.Sequential(*layers)
         _init(self.net, init)
@@ -260,35 +263,53 @@ class WideResNet(nn.Module):
         return self.net(x)
 
 
-MODEL_KINDS = ("mlp", "autoencoder", "window_tagger", "cifar_shallow", "cifar_small", "stacked_conv", "wide_resnet")
+# -- builders, one per model.kind (workers.registry.MODELS): (model block, in_shape, n_out, activation,
+# dropout, vocab_size). in_shape is one example's shape (C, H, W for images, (D,) for vectors,
+# (window,) for token windows); n_out the number of classes (the autoencoder ignores it).
+
+def _in_dim(in_shape: tuple[int, ...]) -> int:
+    return math.prod(in_shape)
+
+
+def build_mlp(model: dict, in_shape, n_out: int, activation: str, dropout: float, vocab_size: int = 0) -> nn.Module:
+    return MLP(_in_dim(in_shape), n_out, model["depth"], model["width"], activation, dropout, model["init"])
+
+
+def build_autoencoder(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+                      vocab_size: int = 0) -> nn.Module:
+    return Autoencoder(_in_dim(in_shape), model["hidden"], activation, dropout, model["init"])
+
+
+def build_window_tagger(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+                        vocab_size: int = 0) -> nn.Module:
+    return WindowTagger(vocab_size, in_shape[0], n_out, model["embedding_dim"], model["depth"], model["width"],
+                        activation, dropout, model["init"])
+
+
+def build_cifar_shallow(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+                        vocab_size: int = 0) -> nn.Module:
+    return ShallowCIFARNet(in_shape[0], n_out, activation, dropout, model["width"], model["input_noise"], model["init"])
+
+
+def build_cifar_small(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+                      vocab_size: int = 0) -> nn.Module:
+    return SmallCIFARNet(in_shape[0], n_out, activation, dropout, in_shape[-1], model["init"])
+
+
+def build_stacked_conv(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+                       vocab_size: int = 0) -> nn.Module:
+    return StackedConvNet(in_shape[0], n_out, activation, model["stacks"], model["stack_dropout"],
+                          model.get("width_scale", 1.0), model["init"], model.get("first_stride", 1),
+                          model.get("spp_levels", []), model.get("fc", []), model.get("fc_dropout", 0.0))
+
+
+def build_wide_resnet(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+                      vocab_size: int = 0) -> nn.Module:
+    return WideResNet(in_shape[0], n_out, activation, dropout, model["depth"], model["widen_factor"], model["init"])
 
 
 def build_model(model: dict, in_shape: tuple[int, ...], n_out: int, activation: str, dropout: float,
                 vocab_size: int = 0) -> nn.Module:
-    """The network a spec's ``model`` block describes, for one grid point.
-
-    ``in_shape`` is one example's shape (C, H, W for images, (D,) for vectors, (window,) for token
-    windows); ``n_out`` the number of classes (or, for the autoencoder, ignored).
-    """
-    kind, init = model["kind"], model.get("init", "torch_default")
-    in_dim = 1
-    for size in in_shape:
-        in_dim *= size
-    if kind == "mlp":
-        return MLP(in_dim, n_out, model["depth"], model["width"], activation, dropout, init)
-    if kind == "autoencoder":
-        return Autoencoder(in_dim, model["hidden"], activation, dropout, init)
-    if kind == "window_tagger":
-        return WindowTagger(vocab_size, in_shape[0], n_out, model["embedding_dim"], model["depth"], model["width"],
-                            activation, dropout, init)
-    if kind == "cifar_shallow":
-        return ShallowCIFARNet(in_shape[0], n_out, activation, dropout, model["width"], model["input_noise"], init)
-    if kind == "cifar_small":
-        return SmallCIFARNet(in_shape[0], n_out, activation, dropout, in_shape[-1], init)
-    if kind == "stacked_conv":
-        return StackedConvNet(in_shape[0], n_out, activation, model["stacks"], model["stack_dropout"],
-                              model.get("width_scale", 1.0), init, model.get("first_stride", 1),
-                              model.get("spp_levels", []), model.get("fc", []), model.get("fc_dropout", 0.0))
-    if kind == "wide_resnet":
-        return WideResNet(in_shape[0], n_out, activation, dropout, model["depth"], model["widen_factor"], init)
-    raise ValueError(f"model.kind: unknown {kind!r}; accepted: {', '.join(MODEL_KINDS)}")
+    """The network a spec's ``model`` block describes, for one grid point (its ``kind`` picks the builder)."""
+    model = {"init": "torch_default", **model}
+    return MODELS.get(model["kind"])(model, tuple(in_shape), n_out, activation, dropout, vocab_size)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
@@ -15,47 +14,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from workers.activations import Activation
-from workers.splits import Splits
+from workers.data.splits import Splits
 from workers.models import build_model
+from workers.trial import TrialConfig
 
 EVAL_BATCH = 2_000  # examples per forward pass when evaluating; bounds memory, not results
 STATS_EXAMPLES = 1_000  # the fixed training subset of the ELU paper's activation statistics
-
-
-@dataclass(frozen=True)
-class TrialConfig:
-    """Everything that determines one trial's training: a grid point plus the spec's settings."""
-
-    activation: str
-    lr: float
-    dropout: float
-    seed: int
-    epochs: int
-    batch_size: int
-    task: str = "classify"  # or "reconstruct" (autoencoders: MSE to the input)
-    optimizer: str = "adam"
-    momentum: float = 0.0
-    nesterov: bool = False
-    weight_decay: float = 0.0
-    schedule: dict = field(default_factory=lambda: {"kind": "constant"})
-    augment: dict = field(default_factory=dict)  # {"crop_padding": 4, "flip": true} for images
-    eval_noise: tuple = ()  # GELU paper Fig. 3: test inputs plus Unif[-a, a] noise, per a
-    activation_stats: bool = False  # ELU paper Fig. 2: median over units of the mean activation
-    eval_train: bool = True  # measure the whole training set in eval mode every epoch (train_loss_eval)
-    top5: bool = False  # also the top-5 error of validation and test (ImageNet)
-    model: dict = field(default_factory=lambda: {"kind": "mlp", "depth": 8, "width": 128, "init": "unit_norm_rows"})
-    # ELU paper §4.3 fine-tuning: from an iteration on, a stacked convnet's dropout on every layer
-    # of a stack (or its last) with rates scaled; see workers.models.StackedConvNet.set_dropout
-    fine_tune: tuple = ()
-
-    @classmethod
-    def from_config(cls, config: dict) -> "TrialConfig":
-        names = cls.__dataclass_fields__.keys()
-        values = {k: v for k, v in config.items() if k in names}
-        for name in ("eval_noise", "fine_tune"):
-            if name in values:
-                values[name] = tuple(values[name])
-        return cls(**values)
 
 
 def make_optimizer(cfg: TrialConfig, params) -> torch.optim.Optimizer:
@@ -108,7 +72,7 @@ def dropout_phase(phases: tuple, step: int) -> dict | None:
 
 
 def on_device(array, device: torch.device):
-    """A split's array as a tensor on the device; images read from files (workers.imagenet) stay
+    """A split's array as a tensor on the device; images read from files (workers.data.imagenet) stay
     where they are and are read batch by batch."""
     return array if hasattr(array, "read_rows") else torch.as_tensor(array, device=device)
 

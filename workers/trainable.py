@@ -6,9 +6,10 @@ import torch
 from ray import tune
 
 from workers.checkpoints import load_state, save_state, state_path
-from workers.datasets import Splits
+from workers.data import Splits
 from workers.fused import train_pack
-from workers.train import TrialConfig, train_epochs
+from workers.train import train_epochs
+from workers.trial import TrialConfig, is_pack, members
 
 
 def trial_device(gpus_per_trial: float) -> torch.device:
@@ -16,34 +17,6 @@ def trial_device(gpus_per_trial: float) -> torch.device:
     if gpus_per_trial > 0 and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
-
-
-def trial_settings(config: dict) -> dict:
-    """A Tune trial's config with its grid point (activation, dropout, lr, seed) at the top level.
-
-    Under a search, Tune's Repeater numbers the repeats of one suggestion (``__trial_index__``):
-    repeat i runs the spec's i-th seed.
-    """
-    settings = {**config, **config.get("point", {})}
-    if "__trial_index__" in config:
-        settings["seed"] = config["seeds"][config["__trial_index__"]]
-    return settings
-
-
-def members(config: dict) -> list[dict]:
-    """The settings of each grid point a Tune trial trains: one, or a fused pack's members."""
-    pack = config.get("point", {}).get("pack")
-    if pack is None:
-        return [trial_settings(config)]
-    base = {k: v for k, v in config.items() if k != "point"}
-    return [{**base, **member} for member in pack]
-
-
-def member_results(result: dict) -> list[tuple[int, dict]]:
-    """(member index, metrics) for each member a Tune result reports on."""
-    if "members" not in result:
-        return [(0, result)]
-    return [(int(i), metrics) for i, metrics in sorted(result["members"].items(), key=lambda kv: int(kv[0]))]
 
 
 def run_trial(config: dict, splits: Splits) -> None:
@@ -62,13 +35,13 @@ def run_trial(config: dict, splits: Splits) -> None:
     resume = load_state(path) if path else None
     node = {"node_id": ray.get_runtime_context().get_node_id()}
     state: dict = {}
-    if "pack" in config.get("point", {}):  # a fused pack: one report per epoch holds every member's metrics
+    if is_pack(config):  # a fused pack: one report per epoch holds every member's metrics
         cfgs = [TrialConfig.from_config(m) for m in members(config)]
         epochs = (
             {"epoch": report_epoch(report), "members": {str(i): m for i, m in enumerate(report) if m is not None}}
             for report in train_pack(cfgs, splits, device, resume=resume, on_state=state.update))
     else:
-        epochs = train_epochs(TrialConfig.from_config(trial_settings(config)), splits, device,
+        epochs = train_epochs(TrialConfig.from_config(members(config)[0]), splits, device,
                               resume=resume, on_state=state.update)
     # The last two epochs saved before an interruption may not have reached the driver's MLflow
     # logger (the last may not have been reported at all): they are reported again (the logger

@@ -6,9 +6,9 @@ import hmac
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.jobs import RayJobs
+from service.orchestration.jobs import RayJobs
+from service.orchestration.records import SweepStore
 from service.settings import Settings
-from service.store import SweepStore
 
 bearer = HTTPBearer(auto_error=False)
 

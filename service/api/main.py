@@ -6,12 +6,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from service.api.health import HealthProbe
 from service.api.routes import experiments, health, sweeps
-from service.health import HealthProbe
-from service.jobs import RayJobs
+from service.orchestration.jobs import RayJobs
+from service.orchestration.records import SweepStore
+from service.orchestration.submission import SubmissionError
 from service.settings import Settings, get_settings
-from service.store import SweepStore
-from service.submission import SubmissionError
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -4,19 +4,18 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from mlflow.tracking import MlflowClient
-
-from workers.tracking import MLflowTrialLogger, experiment_id, start_parent_run
+from service.runs.logger import MLflowTrialLogger
+from service.runs.store import Provenance, RunStore
 
 
 def sweep_logger(root: Path, sweep_id: str, experiment: str, parent_tags: dict, spec: dict) -> tuple[str, MLflowTrialLogger]:
     """A SQLite store under ``root`` with the sweep's parent run; returns (tracking URI, trial logger)."""
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    client = MlflowClient(uri)
-    exp = experiment_id(client, f"actsweep/{experiment}", root / "artifacts")
+    runs = RunStore(uri)
+    exp = runs.experiment_id(f"actsweep/{experiment}", root / "artifacts")
     tags = {"sweep_id": sweep_id, "experiment": experiment}
-    parent = start_parent_run(client, exp, sweep_id, {**tags, **parent_tags}, {}, spec)
-    return uri, MLflowTrialLogger(uri, exp, parent, tags)
+    parent = runs.start_sweep(exp, sweep_id, Provenance.of({**tags, **parent_tags}), {}, spec)
+    return uri, MLflowTrialLogger(runs, exp, parent, tags)
 
 
 def log_trial(logger: MLflowTrialLogger, trial_id: str, config: dict, results: list[dict], failed: bool = False) -> None:

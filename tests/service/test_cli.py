@@ -99,7 +99,7 @@ def test_bad_values_exit_2(actsweep_env, capsys, args, field):
 
 
 def test_missing_dataset_exits_2_naming_the_directory(actsweep_env, tmp_path, monkeypatch, capsys):
-    import workers.datasets as datasets
+    import workers.data.mnist as datasets
 
     monkeypatch.setattr(datasets, "_mnist_from_package", lambda: None)  # injected fault: no offline copy
     monkeypatch.setenv("ACTSWEEP_DATA_DIR", str(tmp_path / "data"))

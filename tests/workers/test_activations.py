@@ -3,7 +3,8 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from workers.activations import ACTIVATIONS, Activation, gelu, gelu_tanh, lalu, soi_map
+from workers.activations import Activation, gelu, gelu_tanh, lalu, soi_map
+from workers.registry import ACTIVATIONS
 
 GRID = torch.linspace(-6, 6, 2001, dtype=torch.float64)
 
@@ -72,4 +73,4 @@ def test_lalu_is_x_times_laplace_cdf():
 def test_unknown_activation_names_the_accepted_ones():
     with pytest.raises(ValueError, match="activation: unknown 'swish'.*gelu_tanh"):
         Activation("swish")
-    assert set(ACTIVATIONS) >= {"gelu", "gelu_tanh", "relu", "elu", "silu", "lrelu", "soi"}
+    assert set(ACTIVATIONS.names()) >= {"gelu", "gelu_tanh", "relu", "elu", "silu", "lrelu", "soi"}

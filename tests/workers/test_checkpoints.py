@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from workers.datasets import load_dataset
+from workers.data import load_dataset
 from workers.fused import train_pack
-from workers.train import TrialConfig, train_epochs
+from workers.train import train_epochs
+from workers.trial import TrialConfig
 
 MLP = {"kind": "mlp", "depth": 3, "width": 48, "init": "unit_norm_rows"}
 EPOCHS, STOP_AFTER = 4, 2

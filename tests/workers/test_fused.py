@@ -6,12 +6,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
-from workers.datasets import load_dataset
 from workers import fused
+from workers.data import load_dataset
 from workers.fused import fusable, train_pack
-from workers.train import TrialConfig, train_epochs
+from workers.train import train_epochs
+from workers.trial import TrialConfig
 
 MLP = {"kind": "mlp", "depth": 3, "width": 48, "init": "unit_norm_rows"}
 AUTOENCODER = {"kind": "autoencoder", "hidden": [32, 8], "init": "torch_default"}

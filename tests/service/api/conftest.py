@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.jobs import dashboard_answers, ensure_ray_token
-from tests.servers import ApiServer, RayNode, free_port
+from service.local_servers import ApiServer, RayNode, free_port
+from service.orchestration.jobs import dashboard_answers, ensure_ray_token
 
 # A sweep that takes seconds: real digits, a small MLP, 2 activations × 2 seeds.
 TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,

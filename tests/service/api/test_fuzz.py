@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.servers import ApiServer
+from service.local_servers import ApiServer
 from tests.service.api.conftest import api_env
 
 

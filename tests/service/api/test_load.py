@@ -1,10 +1,10 @@
-"""The API under concurrent clients (bench/load.py, bounded here to a few seconds): no 5xx, and
+"""The API under concurrent clients (service/benchmarks/load.py, bounded here to a few seconds): no 5xx, and
 every sweep it accepted is readable and listed afterwards."""
 from __future__ import annotations
 
 import asyncio
 
-from bench.load import run_load
+from service.benchmarks.load import run_load
 
 
 def test_concurrent_clients_get_no_server_error_and_lose_no_sweep(server):

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from mlflow.tracking import MlflowClient
 
+from service.local_servers import ApiServer, sigkill_where
 from tests.browser import load_in_chromium
-from tests.servers import ApiServer, sigkill_where
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
 
@@ -71,7 +71,7 @@ def test_figures_are_served_as_png(server, tiny_sweep):
         figure = client.get(f"/sweeps/{sweep_id}/figures/curves_train_loss_eval.png")
         assert figure.status_code == 200 and figure.headers["content-type"] == "image/png"
         assert figure.content.startswith(b"\x89PNG") and len(figure.content) > 5_000
-        missing = client.get(f"/sweeps/{sweep_id}/figures/robustness.png")  # no noise levels in this spec
+        missing = client.get(f"/sweeps/{sweep_id}/figures/unit_activation.png")  # no activation statistics here
         assert missing.status_code == 404 and "curves_val_loss" in missing.json()["detail"]
 
 
@@ -86,7 +86,7 @@ def test_html_report_loads_in_headless_chromium(server, tiny_sweep, tmp_path):
         assert expected in page.text, expected
     dom, screenshot = load_in_chromium(url, tmp_path)
     images = re.findall(r"<img[^>]*>", dom)
-    assert len(images) == 2  # curves of train_loss_eval (the headline) and val_loss
+    assert len(images) == 3  # curves of train_loss_eval (the headline) and val_loss, and robustness
     assert all('data-loaded="yes"' in image for image in images), images
     assert screenshot.stat().st_size > 20_000
 
@@ -231,7 +231,7 @@ def test_experiments_lists_the_catalog(server):
 
 def _kill_driver(sweep_id: str) -> None:
     """SIGKILL the sweep's driver process (the Ray job's entrypoint), as if its machine failed."""
-    assert sigkill_where(lambda _, args: b"service.driver" in args and sweep_id.encode() in args), \
+    assert sigkill_where(lambda _, args: b"service.orchestration.driver" in args and sweep_id.encode() in args), \
         f"no driver process for sweep {sweep_id}"
 
 

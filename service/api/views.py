@@ -1,0 +1,38 @@
+"""Sweep records as the API shows them (the Public and Detail schemas)."""
+from __future__ import annotations
+
+from service.api.schemas import Links, Progress, SweepDetail, SweepPublic, TrialPublic
+from service.orchestration.records import SweepRecord
+from service.settings import Settings
+
+FINISHED_TRIAL_STATES = ("succeeded", "reused", "diverged", "failed")
+
+
+def _progress(record: SweepRecord) -> Progress:
+    done = sum(t.state in FINISHED_TRIAL_STATES for t in record.trials)
+    epochs = sum(record.epochs if t.state in FINISHED_TRIAL_STATES else min(t.epoch, record.epochs)
+                 for t in record.trials)
+    total_epochs = record.trials_total * record.epochs
+    return Progress(trials_total=record.trials_total, trials_done=done, trial_epochs_done=epochs,
+                    trial_epochs_total=total_epochs, fraction=round(epochs / total_epochs, 4) if total_epochs else 1.0)
+
+
+def _links(record: SweepRecord, settings: Settings) -> Links:
+    dashboard, ui = settings.ray_dashboard_url.rstrip("/"), settings.resolved_mlflow_ui_url
+    exp, run = record.mlflow_experiment_id, record.mlflow_parent_run_id
+    return Links(ray_dashboard=dashboard,
+                 ray_job=f"{dashboard}/#/jobs/{record.ray_job_id}" if record.ray_job_id else None,
+                 mlflow_experiment=f"{ui}/#/experiments/{exp}" if exp else None,
+                 mlflow_parent_run=f"{ui}/#/experiments/{exp}/runs/{run}" if exp and run else None)
+
+
+def to_public(record: SweepRecord, settings: Settings) -> SweepPublic:
+    return SweepPublic(id=record.id, name=record.name, experiment=record.experiment, quick=record.quick,
+                       overrides=record.overrides, state=record.state, error=record.error,
+                       created_at=record.created_at, started_at=record.started_at, finished_at=record.finished_at,
+                       progress=_progress(record), links=_links(record, settings))
+
+
+def to_detail(record: SweepRecord, settings: Settings) -> SweepDetail:
+    return SweepDetail(**to_public(record, settings).model_dump(), spec=record.spec,
+                       trials=[TrialPublic.model_validate(t) for t in record.trials])

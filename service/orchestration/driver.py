@@ -1,0 +1,75 @@
+"""The driver of one submitted sweep, run as a Ray job: ``python -m service.orchestration.driver SWEEP_ID``.
+
+It reads the sweep record, runs the sweep (service.orchestration.sweeps.run_sweep), and writes the sweep's
+and every trial's state back to the record as it goes. Started for a sweep whose record says
+``running``, it replaces a driver that died (service.orchestration.submission.refresh starts it): the sweep
+continues from Tune's experiment state and its MLflow runs, and finished trials are not rerun.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+
+from search_spaces import SweepSpec
+from service.orchestration.records import TERMINAL_STATES, SweepStore, utcnow
+from service.orchestration.sweeps import run_sweep
+from service.orchestration.trial_states import TrialStateRecorder
+from service.runs.store import RunStore
+from service.settings import get_settings
+from workers.trial import GridPoint
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # Ray stops a job with SIGTERM: stop Tune as on Ctrl-C
+
+
+def drive(sweep_id: str) -> int:
+    settings = get_settings()
+    store = SweepStore(settings.resolved_database_url)
+    record = store.get(sweep_id)
+    if record is None:
+        print(f"no sweep {sweep_id} in {settings.resolved_database_url}", file=sys.stderr)
+        return 2
+    if record.state in TERMINAL_STATES:  # cancelled before the job started
+        return 0
+    resume_parent_run_id = record.mlflow_parent_run_id if record.state == "running" else None
+    if resume_parent_run_id is None:
+        store.update(sweep_id, state="running", started_at=utcnow())
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        spec = SweepSpec.model_validate(record.spec)
+        positions = {GridPoint(trial.activation, trial.lr, trial.dropout, trial.seed).key(): trial.position for trial in record.trials}
+        outcome = run_sweep(
+            spec, settings, sweep_id=sweep_id, quick=record.quick, name=record.name,
+            callbacks=(TrialStateRecorder(settings.resolved_database_url, RunStore(settings.resolved_tracking_uri),
+                                          sweep_id, positions),),
+            on_parent_run=lambda exp_id, run_id: store.update(
+                sweep_id, mlflow_experiment_id=exp_id, mlflow_parent_run_id=run_id),
+            on_reused=lambda reused: _record_reused(store, sweep_id, positions, reused, spec.epochs),
+            resume_parent_run_id=resume_parent_run_id)
+    except KeyboardInterrupt:
+        store.finish(sweep_id, "cancelled")
+        return 0
+    except Exception as exc:
+        store.finish(sweep_id, "failed", error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+        raise
+    if store.get(sweep_id).cancel_requested:
+        store.finish(sweep_id, "cancelled")
+    elif outcome.errors:
+        store.finish(sweep_id, "failed", error=f"{outcome.errors} of {outcome.trials} trials failed")
+    else:
+        store.finish(sweep_id, "succeeded")
+    return 0
+
+
+def _record_reused(store: SweepStore, sweep_id: str, positions: dict, reused, epochs: int) -> None:
+    for trial in reused:
+        position = positions.get(trial.point.key())
+        if position is not None and trial.phase == "grid":
+            metrics = {k: v for k, v in trial.metrics.items() if k.endswith(("_loss", "_error", "_eval"))}
+            store.update_trial(sweep_id, position, state="reused", epoch=epochs, metrics=metrics,
+                               mlflow_run_id=trial.run_id)
+
+
+if __name__ == "__main__":
+    sys.exit(drive(sys.argv[1]))

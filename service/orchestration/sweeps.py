@@ -1,0 +1,231 @@
+"""The sweep driver: a validated spec in, a Ray Tune run of its plan out, every trial in MLflow.
+
+A sweep's plan (search_spaces.Plan) has phases: the grid (or an Optuna lr search per activation
+and dropout), then, where the protocol asks, the chosen lrs retrained on all the training data.
+Each phase is one Tune experiment; each grid point one Tune trial, or a fused pack of them one.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+import ray
+from ray import tune
+
+from search_spaces import LrSearch, SweepSpec, packs
+from service.orchestration.provenance import code_version, hardware
+from service.reporting.figures import render_figures
+from service.reporting.results import sweep_results
+from service.runs.cache import Reused, reuse_finished
+from service.runs.logger import MLflowTrialLogger
+from service.runs.store import EXPERIMENT, PHASE, SWEEP_ID, Provenance, RunStore
+from service.settings import Settings
+from workers.data import Splits, load_dataset
+from workers.trainable import run_trial
+from workers.trial import KEY_FIELD, GridPoint, flatten, members, trial_key, tune_config
+
+
+@dataclass
+class SweepOutcome:
+    sweep_id: str
+    parent_run_id: str
+    experiment_id: str
+    trials: int
+    errors: int
+    reused: int = 0  # finished trials taken from earlier sweeps (service.runs.cache)
+
+
+def new_sweep_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def mlflow_experiment_name(spec: SweepSpec) -> str:
+    return f"actsweep/{spec.name}"
+
+
+_dashboard_url: str | None = None
+
+
+def connect_ray(settings: Settings) -> str | None:
+    """Join the Ray at ACTSWEEP_RAY_ADDRESS, or start a local one; returns the dashboard URL."""
+    global _dashboard_url
+    if not ray.is_initialized():
+        address = settings.ray_address or os.environ.get("RAY_ADDRESS")  # set inside a Ray job
+        if address:
+            context = ray.init(address=address, log_to_driver=False)
+        else:  # "local": a new Ray, even where another one runs on this machine
+            context = ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=settings.dashboard,
+                               log_to_driver=False)
+        _dashboard_url = f"http://{context.dashboard_url}" if context.dashboard_url else None
+    return _dashboard_url
+
+
+def load_splits(spec: SweepSpec, settings: Settings) -> Splits:
+    """The spec's dataset; raises DatasetNotFound (with instructions) before anything starts."""
+    return load_dataset(spec.dataset, settings.resolved_data_dir, settings.download, spec.val_size,
+                        spec.train_subset, spec.data_options.model_dump())
+
+
+def concurrent_slots(spec: SweepSpec) -> int:
+    """How many trials of the spec the connected Ray cluster runs at once."""
+    available = ray.cluster_resources()
+    slots = available.get("CPU", 1) // spec.execution.cpus_per_trial
+    if spec.execution.gpus_per_trial:
+        slots = min(slots, available.get("GPU", 0) // spec.execution.gpus_per_trial)
+    if spec.execution.max_concurrent_trials:
+        slots = min(slots, spec.execution.max_concurrent_trials)
+    return max(1, int(slots))
+
+
+@dataclass
+class _Sweep:
+    """One run of a spec's plan: where it logs and what it has done so far."""
+
+    spec: SweepSpec
+    settings: Settings
+    sweep_id: str
+    runs: RunStore
+    experiment_id: str
+    parent_run_id: str
+    callbacks: list
+    on_reused: Callable[[list[Reused]], None] | None
+    resuming: bool
+    trained: int = 0
+    errors: int = 0
+    reused: list[Reused] = field(default_factory=list)
+
+    @property
+    def sweep_tags(self) -> dict[str, str]:
+        return {SWEEP_ID: self.sweep_id, EXPERIMENT: self.spec.name}
+
+    def not_yet_finished(self, points: list[GridPoint], phase: str, data: Splits) -> list[dict]:
+        """The points still to train, each with its trial-cache key; the others' runs are copied
+        from the trials that trained them (none with ``execution.rerun``)."""
+        spec = self.spec
+        identity = {"dataset": spec.dataset, "val_size": spec.val_size, "train_subset": spec.train_subset,
+                    "data_options": spec.data_options.model_dump(), "sizes": data.sizes(), "phase": phase}
+        keyed = [{**p.as_dict(), KEY_FIELD: trial_key(spec.trial_base(), p, identity)} for p in points]
+        if spec.execution.rerun:
+            return keyed
+        to_train, reused = reuse_finished(self.runs, keyed, self.experiment_id, self.parent_run_id,
+                                          {**self.sweep_tags, PHASE: phase}, resuming=self.resuming)
+        self.reused += reused
+        if reused and self.on_reused:
+            self.on_reused(reused)
+        return to_train
+
+    def fit(self, phase: str, data: Splits, name: str, points: list[GridPoint] | None = None,
+            search: LrSearch | None = None) -> None:
+        """One Tune experiment: a phase's grid points (as trials or fused packs), or one lr search."""
+        spec, settings = self.spec, self.settings
+        trainable = tune.with_resources(tune.with_parameters(run_trial, splits=data),
+                                        {"cpu": spec.execution.cpus_per_trial, "gpu": spec.execution.gpus_per_trial})
+        experiment = f"{spec.name}-{self.sweep_id}-{name}"
+        path = f"{settings.ray_results}/{experiment}"
+        if self.resuming and tune.Tuner.can_restore(path):  # the dead driver had started it
+            return self._count(tune.Tuner.restore(path, trainable, resume_errored=True).fit())
+        placement = {"phase": phase, "seeds": spec.seed_list, "checkpoint_root": path}  # state.pt goes there
+        search_alg, samples = None, 1
+        if search is not None:
+            point, search_alg, samples = _lr_search(search)
+            space = tune_config(spec.trial_base(), point, **placement)
+        else:
+            to_train = self.not_yet_finished(points, phase, data)
+            if not to_train:
+                return
+            units = to_train
+            if spec.execution.mode == "fused":
+                by_key = {GridPoint.of(p).key(): p for p in to_train}
+                units = [{"pack": [by_key[m.key()] for m in pack.points]}
+                         for pack in packs([GridPoint.of(p) for p in to_train], spec.execution.pack_size,
+                                           concurrent_slots(spec))]
+            space = {**tune_config(spec.trial_base(), {}, **placement),
+                     "point": tune.grid_search(units)}
+        tuner = tune.Tuner(
+            trainable, param_space=space,
+            tune_config=tune.TuneConfig(max_concurrent_trials=spec.execution.max_concurrent_trials,
+                                        search_alg=search_alg, num_samples=samples,
+                                        reuse_actors=True,  # a worker process (torch imported) serves trial after trial
+                                        trial_dirname_creator=lambda trial: trial.trial_id),
+            run_config=tune.RunConfig(
+                name=experiment, storage_path=settings.ray_results, callbacks=self.callbacks, verbose=0,
+                # a failed trial is retried, from its last epoch's state (workers.checkpoints)
+                failure_config=tune.FailureConfig(max_failures=spec.execution.max_failures)))
+        self._count(tuner.fit())
+
+    def _count(self, found) -> None:
+        """Grid points trained, and those whose trial failed (a pack counts its members)."""
+        for result in found:
+            n = len(members(result.config))
+            self.trained += n
+            self.errors += n if result.error is not None else 0
+
+
+def _lr_search(search: LrSearch) -> tuple[dict, object, int]:
+    """The search point, searcher and sample count of one (activation, dropout)'s lr search."""
+    from ray.tune.search import Repeater
+    from ray.tune.search.optuna import OptunaSearch
+
+    lr = (tune.loguniform if search.log else tune.uniform)(search.lr_low, search.lr_high)
+    searcher = Repeater(OptunaSearch(metric=search.metric, mode="min", seed=search.sampler_seed),
+                        repeat=len(search.seeds))
+    return {"activation": search.activation, "dropout": search.dropout, "lr": lr}, searcher, search.trials
+
+
+def _open_sweep(spec: SweepSpec, settings: Settings, runs: RunStore, sweep_id: str, splits: Splits, quick: bool,
+                name: str | None, resume_parent_run_id: str | None) -> tuple[str, str]:
+    """(experiment id, parent run id): the MLflow experiment and the sweep's parent run, made or kept."""
+    exp_id = runs.experiment_id(mlflow_experiment_name(spec), settings.artifact_root)
+    if resume_parent_run_id:
+        return exp_id, resume_parent_run_id
+    provenance = Provenance(sweep_id, spec.name, quick, splits.source, spec.protocol.select_lr_by,
+                            spec.protocol.headline_metric, code_version(), hardware(), spec.slice.label())
+    params = {**flatten(spec.trial_base()), "trials": spec.trial_count,
+              **{f"data.{k}": v for k, v in splits.sizes().items()}}
+    return exp_id, runs.start_sweep(exp_id, name or f"{spec.name}-{sweep_id}", provenance, params,
+                                    spec.model_dump(mode="json"))
+
+
+def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = None, sweep_id: str | None = None,
+              quick: bool = False, name: str | None = None, callbacks: tuple[tune.Callback, ...] = (),
+              on_parent_run: Callable[[str, str], None] | None = None,
+              on_reused: Callable[[list[Reused]], None] | None = None,
+              resume_parent_run_id: str | None = None) -> SweepOutcome:
+    """Run every trial of ``spec`` on Ray Tune and log them to MLflow; blocks until done.
+
+    ``on_parent_run(experiment_id, parent_run_id)`` is called once the MLflow parent run exists;
+    ``on_reused(reused)`` with the trials taken from the cache of finished trials (none with
+    ``execution.rerun``). ``resume_parent_run_id`` continues a sweep whose driver died: its
+    parent run is kept and each Tune experiment it had started is restored from its state on
+    disk (Tuner.restore): finished trials stay finished, the others resume from their checkpoints.
+    Whatever happens, the parent run ends FINISHED, FAILED or KILLED.
+    """
+    sweep_id = sweep_id or new_sweep_id()
+    splits = splits or load_splits(spec, settings)  # a missing dataset fails before anything is created
+    runs = RunStore(settings.resolved_tracking_uri)
+    exp_id, parent_run_id = _open_sweep(spec, settings, runs, sweep_id, splits, quick, name, resume_parent_run_id)
+    if on_parent_run:
+        on_parent_run(exp_id, parent_run_id)
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # progress is ours (callbacks); keep Tune's tables off
+    connect_ray(settings)
+    sweep = _Sweep(spec, settings, sweep_id, runs, exp_id, parent_run_id, [], on_reused, resume_parent_run_id is not None)
+    sweep.callbacks = [MLflowTrialLogger(runs, exp_id, parent_run_id, sweep.sweep_tags), *callbacks]
+    plan = spec.plan()
+    try:
+        for search in plan.searches:
+            sweep.fit("grid", splits, f"{search.activation}-{search.dropout:g}", search=search)
+        if plan.grid:
+            sweep.fit("grid", splits, "grid", points=plan.grid)
+        if plan.retrain_on_full and not sweep.errors:
+            # GELU paper §3.5: the lr chosen on validation, then trained again on all the training data
+            table = sweep_results(runs, sweep_id).table
+            chosen = [(r.activation, r.dropout, r.lr) for r in table[table["lr_chosen"]].itertuples()]
+            sweep.fit("retrain", splits.with_validation_in_training(), "retrain", points=plan.retrain_points(chosen))
+    except BaseException:
+        runs.end_run(parent_run_id, "KILLED")
+        raise
+    runs.log_figures(parent_run_id, render_figures(sweep_results(runs, sweep_id)))
+    runs.end_run(parent_run_id, "FINISHED" if not sweep.errors else "FAILED")
+    return SweepOutcome(sweep_id, parent_run_id, exp_id, sweep.trained, sweep.errors, len(sweep.reused))

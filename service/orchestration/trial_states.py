@@ -1,0 +1,64 @@
+"""Each trial's state and last metrics, written to the sweep record by a Tune callback.
+
+A module of its own (not the driver's ``__main__``) so that Tune pickles the callback by reference.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+
+from service.orchestration.records import SweepStore
+from service.runs.logger import PicklableCallback, member_trial_id
+from service.runs.store import RunStore
+from workers.trial import GridPoint, member_results, members
+
+
+class TrialStateRecorder(PicklableCallback):
+    """Writes each trial's state and last metrics to the sweep record."""
+
+    transient = ("store",)
+
+    def __init__(self, database_url: str, runs: RunStore, sweep_id: str, positions: dict[tuple, int]):
+        self.database_url = database_url
+        self.runs = runs
+        self.sweep_id = sweep_id
+        self.positions = positions
+        self.diverged: set[str] = set()
+
+    @cached_property
+    def store(self) -> SweepStore:
+        return SweepStore(self.database_url)
+
+    def _mlflow_run_id(self, trial, index: int) -> str | None:
+        # MLflowTrialLogger runs before this callback and has created the trial's runs
+        found = self.runs.trial_run(self.sweep_id, member_trial_id(trial, index))
+        return found[0] if found else None
+
+    def _update(self, trial, index: int, **fields):
+        cfg = members(trial.config)[index]
+        key = GridPoint.of(cfg).key()
+        # retraining runs, and the trials of an lr search, are in MLflow but not in the grid's list
+        if cfg.get("phase", "grid") != "grid" or key not in self.positions:
+            return
+        self.store.update_trial(self.sweep_id, self.positions[key], **fields)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        for index in range(len(members(trial.config))):
+            self._update(trial, index, state="running", mlflow_run_id=self._mlflow_run_id(trial, index))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        for index, values in member_results(result):
+            metrics = {k: v for k, v in values.items() if k.endswith(("_loss", "_error", "_eval")) or k == "diverged"}
+            diverged = bool(values.get("diverged"))
+            if diverged:  # a pack member stops there while its pack-mates go on
+                self.diverged.add(member_trial_id(trial, index))
+            self._update(trial, index, epoch=int(values["epoch"]), metrics=metrics,
+                         **({"state": "diverged"} if diverged else {}))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        for index in range(len(members(trial.config))):
+            if member_trial_id(trial, index) not in self.diverged:
+                self._update(trial, index, state="succeeded")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        for index in range(len(members(trial.config))):
+            self._update(trial, index, state="failed")

@@ -1,0 +1,118 @@
+"""The reproduction record: every experiment's report, figures and data, rebuilt from committed exports.
+
+``actsweep record docs/reproductions/campaign.yaml`` reads the campaign's manifest: per experiment,
+the exports of the sweeps (or slices) that ran it, the spec to read them under, the commands that
+produced them and how the protocol was reduced where it was. It writes, per experiment, a folder
+with the report in the paper's terms (``report.md``, ``report.json``), the figures (PNG) and the
+spec used (``spec.yaml``), and the index ``README.md`` with one row per experiment: the paper's
+claim or number, ours, the verdicts, deviations, wall time, machine, commit and command.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from search_spaces import load_spec
+from service.reporting.figures import render_figures
+from service.reporting.paper_table import claim_verdicts, reported_rows, verdicts
+from service.reporting.report import format_value, render, to_json
+from service.reporting.results import results_from_exports
+from service.runs.exports import ExportError
+
+
+@dataclass
+class RecordEntry:
+    """One experiment of the manifest."""
+
+    name: str  # the folder, usually the experiment's name
+    spec: str  # the catalog experiment (or YAML) the exports are read under
+    exports: list[str]  # relative to the manifest
+    commands: list[str]
+    deviations: list[str] = field(default_factory=list)  # how this run differs from the paper's protocol
+    notes: list[str] = field(default_factory=list)
+
+
+def read_manifest(path: Path) -> tuple[dict, list[RecordEntry]]:
+    raw = yaml.safe_load(path.read_text())
+    if not isinstance(raw, dict) or not isinstance(raw.get("experiments"), list):
+        raise ExportError(f"record: {path} needs a list `experiments:`")
+    entries = []
+    for item in raw["experiments"]:
+        unknown = set(item) - set(RecordEntry.__dataclass_fields__)
+        if unknown:
+            raise ExportError(f"record: {path}: unknown field(s) {', '.join(sorted(unknown))} in {item.get('name')}")
+        entries.append(RecordEntry(**item))
+    return raw, entries
+
+
+def _summary(results) -> tuple[str, str, str]:
+    """(ours, verdicts, the paper's) for the index, in a line each."""
+    rows = reported_rows(results.runs, results.table, results.spec)
+    split = len({r.activation for r in rows}) < len(rows)
+    ours = "; ".join(
+        f"{r.activation}{f' (dropout {r.dropout:g})' if split else ''}: "
+        + ("diverged" if r.diverged else f"{format_value(r.metric, r.median)} [{format_value(r.metric, r.ci_low)}, "
+                                         f"{format_value(r.metric, r.ci_high)}], {r.n_seeds} seeds")
+        for r in rows)
+    found = verdicts(rows) + claim_verdicts(results.runs, results.table, results.spec)
+    counts = {v: sum(x.verdict == v for x in found) for v in ("reproduced", "not reproduced", "inconclusive", "diverged")}
+    verdict = ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "no ordering to check"
+    paper = "; ".join(f"{r.activation}: {format_value(r.metric, r.paper)}" for r in rows if r.paper is not None)
+    return ours, verdict, paper or " ".join(results.spec.get("claims", []))
+
+
+def build_record(manifest: Path) -> list[Path]:
+    """Write every experiment's folder and the index beside the manifest; returns the files written."""
+    meta, entries = read_manifest(manifest)
+    root = manifest.parent
+    written, index = [], []
+    for entry in entries:
+        folder = root / entry.name
+        folder.mkdir(parents=True, exist_ok=True)
+        spec = load_spec(entry.spec)
+        exports = [root / e for e in entry.exports]
+        results = results_from_exports(exports, spec)
+        (folder / "report.md").write_text(render(results, "md"))
+        (folder / "report.json").write_text(json.dumps(to_json(results), indent=2))
+        (folder / "spec.yaml").write_text(yaml.safe_dump(spec.unsliced().model_dump(mode="json"), sort_keys=False))
+        written += [folder / "report.md", folder / "report.json", folder / "spec.yaml"]
+        for name, png in render_figures(results).items():
+            (folder / name).write_bytes(png)
+            written.append(folder / name)
+        wall = sum(s["wall (s)"] or 0 for s in results.sources)
+        commits = sorted({(s["code version"] or "?").replace("git ", "")[:10] for s in results.sources})
+        ours, verdict, paper = _summary(results)
+        index.append({"experiment": f"[{entry.name}]({entry.name}/report.md)",
+                      "paper, section": f"{spec.paper.upper()} {spec.section}", "paper's claim or number": paper,
+                      "ours (median [95% interval], seeds)": ours, "verdicts": verdict,
+                      "protocol deviations": "; ".join(entry.deviations) or "none",
+                      "wall time": f"{wall / 3600:.2f} h" if wall >= 3600 else f"{wall / 60:.0f} min",
+                      "commit": ", ".join(commits),
+                      "command": "<br>".join(f"`{c}`" for c in entry.commands)})
+    readme = root / "README.md"
+    readme.write_text(_index_page(meta, index))
+    return [*written, readme]
+
+
+def _index_page(meta: dict, rows: list[dict]) -> str:
+    import pandas as pd
+
+    table = pd.DataFrame(rows).to_markdown(index=False) if rows else "(no experiment recorded yet)"
+    return "\n".join([
+        "# Reproductions",
+        "",
+        meta.get("intro", "").strip(),
+        "",
+        f"Machine: {meta.get('machine', 'not recorded')}.",
+        "",
+        table,
+        "",
+        meta.get("outro", "").strip(),
+        "",
+        "This page and every folder beside it are written by `actsweep record docs/reproductions/campaign.yaml` "
+        "from the exported data in each folder's `data/`.",
+        "",
+    ])

@@ -1,0 +1,165 @@
+"""Rendering a sweep's aggregated results as Markdown, CSV or JSON."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+
+import pandas as pd
+
+from service.reporting.aggregate import SweepResults
+from service.reporting.paper_table import claim_verdicts, reported_rows, verdicts
+
+FORMATS = ("md", "csv", "json", "html")
+SHOWN = ["activation", "dropout", "lr", "n_seeds", "n_diverged", "train_loss", "train_loss_eval", "val_loss",
+         "val_error", "test_loss", "test_error"]
+AT_BEST_SHOWN = ["best_val_epoch", "val_error_at_best_val", "test_error_at_best_val"]  # report_epoch: best_val_epoch
+
+
+def _format(column: str, value) -> str:
+    if pd.isna(value):
+        return "–"
+    if "error" in column:
+        return f"{100 * value:.2f}%"
+    return f"{value:.1f}" if column == "best_val_epoch" else f"{value:.4f}"
+
+
+def readable_table(table: pd.DataFrame) -> pd.DataFrame:
+    at_best = [c for c in AT_BEST_SHOWN if c in table]
+    shown = table[[c for c in SHOWN if c in table] + at_best + (["lr_chosen"] if "lr_chosen" in table else [])].copy()
+    for column in shown.columns:
+        if column.endswith(("_error", "_loss", "_eval", "_at_best_val", "best_val_epoch")):
+            shown[column] = shown[column].map(lambda v, c=column: _format(c, v))
+    if "n_diverged" in shown:  # "2 of 5" where seeds diverged (left out of the medians), else blank
+        total = table["n_seeds"] + table["n_diverged"]
+        shown["n_diverged"] = [f"{d} of {n}" if d else "" for d, n in zip(table["n_diverged"], total)]
+    shown["lr"] = shown["lr"].map(lambda v: f"{v:g}")
+    if "lr_chosen" in shown:
+        shown["lr_chosen"] = shown["lr_chosen"].map(lambda chosen: "✓" if chosen else "")
+    return shown.rename(columns={"lr_chosen": "chosen", "n_diverged": "diverged"})
+
+
+def protocol_line(results: SweepResults) -> str:
+    seeds = sorted(set(results.table["n_seeds"].tolist())) or [0]
+    at_best = (" at each trial's epoch of lowest validation error (its best epoch), where the reported number is "
+               "also taken" if results.select_lr_by.endswith("_at_best_val") else "")
+    return (f"Median over {'/'.join(map(str, seeds))} seeds per (activation, dropout, lr); a seed whose loss became "
+            f"NaN or inf (diverged) is left out, and a configuration where most seeds diverged is never chosen. "
+            f"The lr is chosen per (activation, dropout) by the lowest median {results.select_lr_by}{at_best} "
+            f"(validation data, never test). Errors in %, losses are mean cross-entropy (nats), or mean squared "
+            f"error where the network reconstructs its input.")
+
+
+def format_value(metric: str, value: float | None) -> str:
+    if value is None or pd.isna(value):
+        return "–"
+    return _format(metric, value)
+
+
+def paper_terms_table(results: SweepResults) -> pd.DataFrame:
+    """The reported number per activation (and dropout) beside the paper's."""
+    rows = reported_rows(results.runs, results.table, results.spec)
+    at_best = results.spec.get("protocol", {}).get("report_epoch") == "best_val_epoch"
+    return pd.DataFrame([{
+        "activation": r.activation, "dropout": r.dropout, "chosen lr": "diverged" if r.diverged else f"{r.lr:g}",
+        "metric": r.metric, "ours (median)": "diverged" if r.diverged else format_value(r.metric, r.median),
+        "95% interval": f"[{format_value(r.metric, r.ci_low)}, {format_value(r.metric, r.ci_high)}]",
+        **({"best epoch (median)": format_value("best_val_epoch", r.best_val_epoch)} if at_best else {}),
+        "seeds": r.n_seeds, "diverged": r.n_diverged, "paper": format_value(r.metric, r.paper)} for r in rows])
+
+
+def _verdict_rows(found) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "claim (paper's order)": v.claim + (f" ({v.where})" if v.where else ""),
+        **({"paper": f"{format_value(v.claim, v.paper[0])} vs {format_value(v.claim, v.paper[1])}"} if v.paper[0] is not None else {}),
+        "ours (medians)": f"{format_value(v.claim, v.ours[0])} vs {format_value(v.claim, v.ours[1])}",
+        "paired t-test p (seeds)": (f"{v.p_value:.3g} ({v.n_pairs})" if v.p_value is not None else f"– ({v.n_pairs})"),
+        "verdict": v.verdict} for v in found])
+
+
+def verdicts_table(results: SweepResults) -> pd.DataFrame:
+    """One row per ordering the paper reports with numbers: ours, a paired t-test across seeds, the verdict."""
+    return _verdict_rows(verdicts(reported_rows(results.runs, results.table, results.spec)))
+
+
+def claim_verdicts_table(results: SweepResults) -> pd.DataFrame:
+    """One row per pair of each ranking claim (an ordering the paper shows without numbers)."""
+    return _verdict_rows(claim_verdicts(results.runs, results.table, results.spec))
+
+
+def paper_terms_markdown(results: SweepResults) -> list[str]:
+    """The reported number per activation beside the paper's, and the verdicts on its claims."""
+    if not results.spec or not len(results.table):
+        return []
+    lines = ["## In the paper's terms", "", paper_terms_table(results).to_markdown(index=False), ""]
+    found = verdicts_table(results)
+    if len(found):
+        lines += [found.to_markdown(index=False), ""]
+    claims = results.spec.get("claims", [])
+    if claims:
+        lines += ["Claims of the paper for this experiment: " + " ".join(claims), ""]
+    ranked = claim_verdicts_table(results)
+    if len(ranked):
+        lines += ["Orderings the paper shows (lower is better; at the configuration chosen on validation unless a "
+                  "panel is named):", "", ranked.to_markdown(index=False), ""]
+    return lines
+
+
+def to_markdown(results: SweepResults) -> str:
+    readable = readable_table(results.table)
+    chosen = readable[results.table["lr_chosen"]].drop(columns=["chosen"])
+    retrained = []
+    if len(results.retrained):
+        retrained = ["## Retrained on all the training data with the chosen lr (the reported number)", "",
+                     readable_table(results.retrained).to_markdown(index=False), ""]
+    return "\n".join([
+        f"# {results.experiment}: sweep {results.sweep_id}", "",
+        protocol_line(results), "",
+        *paper_terms_markdown(results),
+        "## Chosen learning rate per activation and dropout", "",
+        chosen.to_markdown(index=False), "",
+        *retrained,
+        "## Every configuration", "",
+        readable.to_markdown(index=False), "",
+        f"MLflow: experiment {results.experiment_id}, parent run {results.parent_run_id}.", "",
+    ])
+
+
+def to_json(results: SweepResults) -> dict:
+    reported = reported_rows(results.runs, results.table, results.spec) if results.spec and len(results.table) else []
+    claimed = claim_verdicts(results.runs, results.table, results.spec) if results.spec and len(results.table) else []
+    return {"sweep_id": results.sweep_id, "experiment": results.experiment,
+            "protocol": {"aggregate": "median", "select_lr_by": results.select_lr_by,
+                         "headline_metric": results.headline_metric},
+            "mlflow": {"experiment_id": results.experiment_id, "parent_run_id": results.parent_run_id},
+            "results": results.rows(), "retrained": results.rows(results.retrained),
+            "reported": _finite([asdict(r) for r in reported]), "verdicts": _finite([asdict(v) for v in verdicts(reported)]),
+            "claim_verdicts": _finite([asdict(v) for v in claimed]),
+            **({"sources": results.sources} if results.sources else {})}
+
+
+def _finite(value):
+    """NaN → None, recursively: JSON has no NaN."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def render(results: SweepResults, fmt: str, figures: dict[str, bytes] | None = None,
+           mlflow_ui_url: str | None = None) -> str:
+    """The report in ``fmt`` (md, csv, json, or html with ``figures`` and links into the MLflow UI)."""
+    if fmt == "html":
+        from service.reporting.html import to_html
+
+        return to_html(results, figures or {}, mlflow_ui_url)
+    if fmt == "md":
+        return to_markdown(results)
+    if fmt == "csv":
+        return results.table.to_csv(index=False)
+    if fmt == "json":
+        return json.dumps(to_json(results), indent=2)
+    raise ValueError(f"--format: unknown {fmt!r}; accepted: {', '.join(FORMATS)}")

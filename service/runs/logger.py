@@ -1,0 +1,113 @@
+"""MLflow logging of a sweep's trials: a Tune callback in the sweep's driver.
+
+Runs are written from the driver, so trial workers never need to reach the tracking store, the
+SQLite default has a single writer, and metrics go out in one ``log_batch`` call per run and epoch.
+"""
+from __future__ import annotations
+
+from ray import tune
+
+from service.runs.store import (DIVERGED, EXECUTION, NODE_ID, NODE_IDS, PACK_ID, PACK_SIZE, PHASE, RESUMED_FROM_EPOCH,
+                                SWEEP_ID, TRIAL_ID, TRIAL_KEY, RunStore)
+from workers.trial import KEY_FIELD, GridPoint, is_pack, member_results, members, mlflow_params
+
+# What Tune adds to every result; everything else numeric that a trial reports is a metric.
+TUNE_KEYS = frozenset({"epoch", "timestamp", "training_iteration", "time_this_iter_s", "time_total_s", "pid",
+                       "time_since_restore", "iterations_since_restore", "done", "trial_id", "date", "hostname",
+                       "node_ip", "config", "checkpoint_dir_name", "should_checkpoint", "experiment_tag"})
+
+
+class PicklableCallback(tune.Callback):
+    """A Tune callback whose clients (locks, connections) are made on first use and left out when
+    Tune pickles its callbacks with the experiment state; ``transient`` names those attributes."""
+
+    transient: tuple[str, ...] = ()
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k not in self.transient}
+
+
+def member_trial_id(trial, index: int) -> str:
+    """The id a grid point's run is tagged with: the Tune trial id, or ``<pack trial id>/<member>``."""
+    return f"{trial.trial_id}/{index}" if is_pack(trial.config) else trial.trial_id
+
+
+class MLflowTrialLogger(PicklableCallback):
+    """Creates each grid point's child run on start and logs its metrics after every epoch
+    (one ``log_batch`` per run and epoch). A fused pack's members get a run each."""
+
+    def __init__(self, runs: RunStore, experiment_id: str, parent_run_id: str, sweep_tags: dict[str, str]):
+        self.runs = runs
+        self.experiment_id = experiment_id
+        self.parent_run_id = parent_run_id
+        self.sweep_tags = sweep_tags
+        self.run_ids: dict[str, list[str]] = {}  # Tune trial id → MLflow run id of each member
+        self.ended: set[str] = set()
+        self.logged_epochs: dict[str, int] = {}  # run id → the last epoch logged (by this driver or a dead one)
+        self.nodes: dict[str, list[str]] = {}  # Tune trial id → the Ray nodes it has run on, in order
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if trial.trial_id in self.run_ids:  # a retried trial keeps its runs
+            self.ended.discard(trial.trial_id)
+            return
+        configs = members(trial.config)
+        self.run_ids[trial.trial_id] = [self._existing_run(trial, i) or self._create_run(trial, i, cfg, len(configs))
+                                        for i, cfg in enumerate(configs)]
+
+    def _existing_run(self, trial, index: int) -> str | None:
+        """The run of a trial that a dead driver had started: a driver restored from Tune's
+        experiment state (Tuner.restore) continues its runs instead of opening new ones."""
+        found = self.runs.trial_run(self.sweep_tags[SWEEP_ID], member_trial_id(trial, index))
+        if found is None:
+            return None
+        run_id, tags, last_epoch = found
+        if NODE_IDS in tags:
+            self.nodes[trial.trial_id] = tags[NODE_IDS].split(",")
+        self.logged_epochs[run_id] = last_epoch
+        return run_id
+
+    def _create_run(self, trial, index: int, cfg: dict, pack_size: int) -> str:
+        tags = {**self.sweep_tags, PHASE: cfg.get("phase", "grid"), TRIAL_ID: member_trial_id(trial, index)}
+        if is_pack(trial.config):
+            tags.update({EXECUTION: "fused", PACK_ID: trial.trial_id, PACK_SIZE: str(pack_size)})
+        if KEY_FIELD in cfg:  # service.runs.cache finds finished trials by it
+            tags[TRIAL_KEY] = cfg[KEY_FIELD]
+        return self.runs.create_trial(self.experiment_id, self.parent_run_id, tags, GridPoint.of(cfg),
+                                      mlflow_params(cfg))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        tags = {}
+        nodes = self.nodes.setdefault(trial.trial_id, [])
+        if result.get("node_id") and result["node_id"] not in nodes[-1:]:  # first result, or moved to another node
+            nodes.append(result["node_id"])
+            tags.update({NODE_ID: nodes[-1], NODE_IDS: ",".join(nodes)})
+        resumed = {}
+        if "resumed_from_epoch" in result:  # retried after a failure, or restored with its sweep
+            resumed = {"resumed_from_epoch": result["resumed_from_epoch"]}  # a pack's members get it too
+            tags[RESUMED_FROM_EPOCH] = str(result["resumed_from_epoch"])
+        for index, values in member_results(result):
+            run_id, step = self.run_ids[trial.trial_id][index], int(values["epoch"])
+            metrics = {}
+            if step > self.logged_epochs.get(run_id, 0):  # not an epoch logged already (reported again after
+                self.logged_epochs[run_id] = step          # a retry, or logged by a driver that died)
+                metrics = {k: v for k, v in {**values, **resumed}.items()
+                           if k not in TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            diverged = {DIVERGED: "true"} if values.get("diverged") else {}
+            if metrics or tags:
+                self.runs.log_epoch(run_id, step, metrics, {**tags, **diverged})
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._end(trial, "FINISHED")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._end(trial, "FAILED")
+
+    def on_experiment_end(self, trials, **info):
+        for trial in trials:  # stopped by a cancel: what was logged stays, the run is marked KILLED
+            self._end(trial, "KILLED")
+
+    def _end(self, trial, status: str):
+        if trial.trial_id in self.run_ids and trial.trial_id not in self.ended:
+            for run_id in self.run_ids[trial.trial_id]:
+                self.runs.end_run(run_id, status)
+            self.ended.add(trial.trial_id)

@@ -1,0 +1,271 @@
+"""The MLflow store of sweeps and their trial runs: the one place that knows MLflow's API, its
+filter strings and actsweep's tag names.
+
+A sweep is a parent run (tag ``role=sweep``) holding the resolved spec (``spec.json``) and its
+figures; each grid point and seed is a child run (``role=trial``) tagged with its grid point,
+phase, Tune trial id and trial-cache key, with one metric history per quantity and epoch.
+Everything else (the trial logger, the cache, exports, reports, the API) goes through
+:class:`RunStore`, which works alike on a local store (SQLite, a folder) and an ``mlflow server``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+from mlflow.entities import Metric, Param, RunTag, ViewType
+from mlflow.tracking import MlflowClient
+
+from workers.trial import GridPoint
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per spec.json read clutters logs
+
+# -- tag names ----------------------------------------------------------------------------------------
+SWEEP_ID, EXPERIMENT, ROLE, PHASE, TRIAL_ID = "sweep_id", "experiment", "role", "phase", "trial_id"
+TRIAL_KEY, REUSED_FROM, DIVERGED = "trial_key", "reused_from", "diverged"
+NODE_ID, NODE_IDS, RESUMED_FROM_EPOCH = "node_id", "node_ids", "resumed_from_epoch"
+EXECUTION, PACK_ID, PACK_SIZE = "execution", "pack_id", "pack_size"
+PARENT = "mlflow.parentRunId"
+SPEC_ARTIFACT, FIGURES_DIR = "spec.json", "figures"
+METRIC_BATCH = 1000  # MLflow's log_batch limit on metrics per call
+PER_EPOCH_LR = "scheduled_lr"  # the metric "lr" (the lr in effect that epoch); the column lr is the grid point's
+RUN_COLUMNS = ["run_id", "status", "phase", "activation", "dropout", "lr", "seed", "diverged"]
+HISTORY_COLUMNS = ["run_id", "activation", "dropout", "lr", "seed", "phase", "metric", "epoch", "value"]
+SAFE_ID = re.compile(r"[A-Za-z0-9_/-]{1,100}")  # ids that go into a filter string
+
+
+class SweepNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What a sweep's parent run records about the sweep: what ran, on what data, from which code,
+    on which machine, and which part of its grid (a slice)."""
+
+    sweep_id: str = ""
+    experiment: str = ""
+    quick: bool = False
+    data_source: str = ""
+    select_lr_by: str = ""
+    headline_metric: str = ""
+    code_version: str = ""
+    hardware: str = ""
+    slice: str = ""  # empty: the whole grid
+
+    def as_tags(self) -> dict[str, str]:
+        tags = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in self.__dict__.items()}
+        return {k: v for k, v in tags.items() if v or k != "slice"}
+
+    @classmethod
+    def of(cls, tags: dict) -> "Provenance":
+        known = {k: v for k, v in tags.items() if k in cls.__dataclass_fields__}
+        return cls(**{**known, "quick": str(known.get("quick", "")).lower() == "true"})
+
+
+@dataclass
+class SweepRun:
+    """A sweep's parent run."""
+
+    run_id: str
+    experiment_id: str
+    provenance: Provenance
+    start_time: int | None
+    end_time: int | None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _quoted(value: str) -> str:
+    if not SAFE_ID.fullmatch(value):
+        raise SweepNotFound(f"sweep_id: {value!r} is not an id (letters, digits, _, / and -)")
+    return f"'{value}'"
+
+
+class RunStore:
+    """Sweeps and trial runs in the MLflow store at ``tracking_uri``."""
+
+    def __init__(self, tracking_uri: str):
+        self.tracking_uri = tracking_uri
+
+    def __getstate__(self):  # Tune pickles callbacks that hold a store; the client is made again
+        return {"tracking_uri": self.tracking_uri}
+
+    def __setstate__(self, state):
+        self.tracking_uri = state["tracking_uri"]
+
+    @cached_property
+    def client(self) -> MlflowClient:
+        return MlflowClient(self.tracking_uri)
+
+    @property
+    def is_server(self) -> bool:
+        return self.tracking_uri.startswith(("http://", "https://", "databricks"))
+
+    def ping(self) -> None:
+        self.client.search_experiments(max_results=1)
+
+    def _search(self, filter_string: str) -> list:
+        """Every run in any experiment that matches (all pages)."""
+        experiment_ids = [e.experiment_id for e in self.client.search_experiments(view_type=ViewType.ALL)]
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs(experiment_ids, filter_string, max_results=1000, page_token=token)
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
+
+    # -- sweeps (parent runs) -------------------------------------------------------------------------
+    def experiment_id(self, name: str, artifact_root: Path | None = None) -> str:
+        """The id of MLflow experiment ``name``, created on first use (artifacts under
+        ``artifact_root`` for a local store; a server keeps its own)."""
+        existing = self.client.get_experiment_by_name(name)
+        if existing is not None:
+            return existing.experiment_id
+        location = (artifact_root / name.replace("/", "_")).as_uri() if artifact_root and not self.is_server else None
+        return self.client.create_experiment(name, artifact_location=location)
+
+    def start_sweep(self, experiment_id: str, run_name: str, provenance: Provenance, params: dict, spec: dict) -> str:
+        """The sweep's parent run, with the resolved spec attached as ``spec.json``."""
+        tags = provenance.as_tags()
+        run = self.client.create_run(experiment_id, run_name=run_name, tags={**tags, ROLE: "sweep"})
+        self.client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()],
+                              tags=[RunTag(k, v) for k, v in tags.items()])
+        self.client.log_dict(run.info.run_id, spec, SPEC_ARTIFACT)
+        return run.info.run_id
+
+    def sweep(self, sweep_id: str) -> SweepRun:
+        found = self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{ROLE} = 'sweep'")
+        if not found:
+            raise SweepNotFound(f"sweep_id: no sweep {sweep_id!r} in the MLflow store")
+        run = found[0]
+        return SweepRun(run.info.run_id, run.info.experiment_id, Provenance.of(run.data.tags), run.info.start_time,
+                        run.info.end_time)
+
+    def spec(self, run_id: str) -> dict:
+        """The resolved spec a sweep ran, as logged with its parent run."""
+        with tempfile.TemporaryDirectory() as folder:
+            try:
+                return json.loads(Path(self.client.download_artifacts(run_id, SPEC_ARTIFACT, folder)).read_text())
+            except Exception:  # a parent run written without its spec
+                return {}
+
+    def end_run(self, run_id: str, status: str) -> None:
+        """FINISHED, FAILED or KILLED."""
+        self.client.set_terminated(run_id, status)
+
+    def kill_open_runs(self, sweep_id: str) -> None:
+        """Every run of the sweep still RUNNING ends KILLED (what it logged stays)."""
+        for run in self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and attributes.status = 'RUNNING'"):
+            self.end_run(run.info.run_id, "KILLED")
+
+    # -- trial runs -------------------------------------------------------------------------------------
+    def create_trial(self, experiment_id: str, parent_run_id: str, tags: dict[str, str], point: GridPoint,
+                     params: dict[str, str]) -> str:
+        """A trial's child run: its tags (sweep, phase, Tune trial id, ...), grid point and params."""
+        all_tags = {**tags, PARENT: parent_run_id, ROLE: "trial", **{k: str(v) for k, v in point.as_dict().items()}}
+        run = self.client.create_run(experiment_id, run_name=point.run_name(), tags=all_tags)
+        self.client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
+        return run.info.run_id
+
+    def trial_run(self, sweep_id: str, trial_id: str) -> tuple[str, dict[str, str], int] | None:
+        """(run id, tags, the last epoch logged) of a sweep's run for a Tune trial (member), if any;
+        epochs are counted by ``train_loss``, which a trial reports every epoch (diverged too)."""
+        found = self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{TRIAL_ID} = {_quoted(trial_id)}")
+        if not found:
+            return None
+        run = found[0]
+        history = self.client.get_metric_history(run.info.run_id, "train_loss")
+        return run.info.run_id, dict(run.data.tags), max((m.step for m in history), default=0)
+
+    def log_epoch(self, run_id: str, step: int, metrics: dict[str, float], tags: dict[str, str]) -> None:
+        """One epoch's metrics (and tags) in one call."""
+        now = _now_ms()
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()],
+                              tags=[RunTag(k, v) for k, v in tags.items()])
+
+    def trial_runs(self, sweep_id: str) -> pd.DataFrame:
+        """One row per trial run of the sweep: its grid point, seed, status and each metric's last value."""
+        rows = []
+        for run in self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{ROLE} = 'trial'"):
+            tags, point = run.data.tags, GridPoint.of(run.data.tags)
+            metrics = {PER_EPOCH_LR if k == "lr" else k: v for k, v in run.data.metrics.items()}
+            rows.append({"run_id": run.info.run_id, "status": run.info.status, "phase": tags.get(PHASE, "grid"),
+                         **point.as_dict(), "diverged": tags.get(DIVERGED) == "true", **metrics})
+        return pd.DataFrame(rows, columns=RUN_COLUMNS + sorted({k for row in rows for k in row} - set(RUN_COLUMNS)))
+
+    def histories(self, runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+        """Per-epoch values of ``keys`` for the runs of ``runs``, one row each (HISTORY_COLUMNS)."""
+        rows = []
+        for run in runs.itertuples():
+            for key in keys:
+                for m in self.client.get_metric_history(run.run_id, "lr" if key == PER_EPOCH_LR else key):
+                    rows.append((run.run_id, run.activation, run.dropout, run.lr, run.seed, run.phase, key, m.step,
+                                 m.value))
+        return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
+
+    def tidy_frame(self, sweep_id: str, identity_tags: list[str]) -> pd.DataFrame:
+        """Every trial run of the sweep, one row per epoch: its ``identity_tags``, grid point, status,
+        metrics (the per-epoch lr as ``scheduled_lr``) and params (``param.<name>``)."""
+        rows = []
+        for run in self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{ROLE} = 'trial'"):
+            tags = run.data.tags
+            identity = {"sweep_id": sweep_id, "experiment": tags.get(EXPERIMENT, ""), "run_id": run.info.run_id,
+                        TRIAL_ID: tags.get(TRIAL_ID, ""), PHASE: tags.get(PHASE, "grid"), "status": run.info.status,
+                        DIVERGED: tags.get(DIVERGED) == "true", **GridPoint.of(tags).as_dict(),
+                        **{k: tags.get(k, "") for k in identity_tags},
+                        **{f"param.{k}": v for k, v in run.data.params.items()}}
+            epochs: dict[int, dict] = {}
+            for key in run.data.metrics:
+                for m in self.client.get_metric_history(run.info.run_id, key):
+                    epochs.setdefault(m.step, {})[PER_EPOCH_LR if key == "lr" else key] = m.value
+            rows += [{**identity, "epoch": step, **values} for step, values in sorted(epochs.items())]
+        return pd.DataFrame(rows)
+
+    # -- the trial cache ------------------------------------------------------------------------------
+    def finished_with_key(self, key: str, sweep_id: str | None = None):
+        """The most recent finished run with this trial-cache key (in sweep ``sweep_id`` if given),
+        preferring a run that trained over one that was copied; None if there is none."""
+        query = f"tags.{TRIAL_KEY} = {_quoted(key)} and attributes.status = 'FINISHED'"
+        runs = self._search(query + (f" and tags.{SWEEP_ID} = {_quoted(sweep_id)}" if sweep_id else ""))
+        runs = [r for r in runs if REUSED_FROM not in r.data.tags] or runs
+        return max(runs, key=lambda r: r.info.start_time) if runs else None
+
+    def copy_run(self, source, experiment_id: str, parent_run_id: str, tags: dict[str, str]) -> str:
+        """A new run in a sweep with the source run's params, tags and every metric's full history."""
+        run = self.client.create_run(experiment_id, run_name=source.info.run_name, tags={
+            **{k: v for k, v in source.data.tags.items() if not k.startswith("mlflow.")}, **tags,
+            PARENT: parent_run_id, REUSED_FROM: source.info.run_id})
+        history = [m for key in source.data.metrics for m in self.client.get_metric_history(source.info.run_id, key)]
+        for i in range(0, max(len(history), 1), METRIC_BATCH):
+            self.client.log_batch(run.info.run_id, metrics=[Metric(m.key, m.value, m.timestamp, m.step)
+                                                            for m in history[i:i + METRIC_BATCH]],
+                                  params=[Param(k, v) for k, v in source.data.params.items()] if i == 0 else [])
+        self.end_run(run.info.run_id, "FINISHED")
+        return run.info.run_id
+
+    # -- figures ----------------------------------------------------------------------------------------
+    def log_figures(self, run_id: str, figures: dict[str, bytes]) -> None:
+        if figures:
+            with tempfile.TemporaryDirectory() as folder:
+                for name, png in figures.items():
+                    (Path(folder) / name).write_bytes(png)
+                self.client.log_artifacts(run_id, folder, FIGURES_DIR)
+
+    def figures(self, run_id: str) -> dict[str, bytes]:
+        """The PNG figures logged with a run, by file name (none yet: empty)."""
+        names = [Path(f.path).name for f in self.client.list_artifacts(run_id, FIGURES_DIR)]
+        if not names:
+            return {}
+        with tempfile.TemporaryDirectory() as folder:
+            local = Path(self.client.download_artifacts(run_id, FIGURES_DIR, folder))
+            return {name: (local / name).read_bytes() for name in sorted(names) if name.endswith(".png")}

@@ -1,0 +1,27 @@
+"""`actsweep bench` end to end on a tiny workload: all three variants run (a real local Ray and
+MLflow store for (b) and (c)), and what it prints and writes follows from the rounds it timed."""
+from __future__ import annotations
+
+import json
+
+import ray
+
+from service.benchmarks.speed import main as bench
+
+
+def test_the_benchmark_times_every_variant_and_keeps_each_ones_fastest_round(tmp_path, capsys):
+    ray.shutdown()  # the bench starts its own local Ray
+    out = tmp_path / "results.json"
+    report = bench(["--trials-per-activation", "1", "--epochs", "1", "--train-examples", "256", "--repeats", "2",
+                    "--out", str(out)])
+    assert json.loads(out.read_text()) == report
+    assert report["workload"]["trials"] == 3 and report["repeats"] == 2
+    for name in ("plain", "per_trial", "fused"):
+        found = report["results"][name]
+        assert len(found["rounds"]) == 2 and found["seconds"] == min(found["rounds"]) > 0
+        assert 0 < found["fraction_of_peak"] < 1
+    seconds = {name: report["results"][name]["seconds"] for name in report["results"]}
+    assert report["ratios"] == {"fused/plain": round(seconds["plain"] / seconds["fused"], 2),
+                                "per_trial/plain": round(seconds["plain"] / seconds["per_trial"], 2)}
+    printed = capsys.readouterr().out
+    assert printed.count("[round 2/2]") == 3 and "ratios (fastest rounds): fused/plain" in printed

@@ -1,0 +1,61 @@
+"""Fused packs through the whole sweep: Ray Tune, MLflow, the aggregator (real local Ray, real store)."""
+from __future__ import annotations
+
+import pytest
+import ray
+from mlflow.tracking import MlflowClient
+
+from search_spaces import SpecError, load_spec, packs
+from service.orchestration.sweeps import run_sweep
+from service.reporting.results import sweep_results
+from service.settings import Settings
+
+# 2 activations × 2 dropouts × 3 seeds = 12 grid points: at most 4 a pack, 4 packs of 3 on 2 slots
+SMALL = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
+         "activation": ["gelu", "soi"], "lr": [0.01], "dropout": [0.0, 0.5], "seeds": 3, "execution.rerun": True}
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory):
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield Settings(home=tmp_path_factory.mktemp("fused"), download=False)
+    ray.shutdown()
+
+
+def test_packs_are_balanced_and_sorted_by_activation():
+    points = load_spec("mnist_classification", quick=True, overrides={**SMALL, "activation": ["relu", "gelu", "elu"]}).grid_points()
+    made = packs(points, 5)
+    assert [len(p.points) for p in made] == [5, 5, 4, 4]  # 18 points, at most 5 a pack
+    assert [len(p.points) for p in packs(points, 12, slots=2)] == [9, 9]  # one pack per slot
+    assert [len(p.points) for p in packs(points, 6, slots=2)] == [5, 5, 4, 4]  # 3 packs → 4: no idle slot
+    assert sorted(m for p in made for m in p.points) == sorted(points)
+    for pack in made:  # each pack: its members sorted, and the same mix of activations
+        assert list(pack.points) == sorted(pack.points, key=lambda m: (m.activation, m.lr, m.dropout, m.seed))
+        assert {m.activation for m in pack.points} == {"relu", "gelu", "elu"}
+
+
+def test_every_member_is_its_own_run_with_the_numbers_it_has_alone(settings):
+    fused = run_sweep(load_spec("mnist_classification", quick=True,
+                                overrides={**SMALL, "execution.mode": "fused", "execution.pack_size": 4}), settings)
+    alone = run_sweep(load_spec("mnist_classification", quick=True, overrides=SMALL), settings)
+    assert (fused.trials, fused.errors, alone.trials) == (12, 0, 12)
+
+    client = MlflowClient(settings.resolved_tracking_uri)
+    runs = sweep_results(settings.resolved_tracking_uri, fused.sweep_id).runs
+    assert len(runs) == 12 and set(runs["status"]) == {"FINISHED"}
+    tags = [client.get_run(r).data.tags for r in runs["run_id"]]
+    assert {t["execution"] for t in tags} == {"fused"} and len({t["pack_id"] for t in tags}) == 4
+    assert len({t["trial_id"] for t in tags}) == 12  # <pack trial id>/<member>
+    for run_id in runs["run_id"]:  # per epoch, its own metrics
+        assert [m.step for m in client.get_metric_history(run_id, "val_loss")] == [1, 2]
+
+    key = ["activation", "dropout", "seed"]
+    mine = runs.set_index(key).sort_index()
+    reference = sweep_results(settings.resolved_tracking_uri, alone.sweep_id).runs.set_index(key).sort_index()
+    for metric in ("train_loss", "val_loss", "test_error"):
+        assert mine[metric].to_numpy() == pytest.approx(reference[metric].to_numpy(), rel=1e-5, abs=1e-6), metric
+
+
+def test_fused_needs_a_model_it_can_stack():
+    with pytest.raises(SpecError, match="execution"):
+        load_spec("cifar10_small", quick=True, overrides={"execution.mode": "fused"})

@@ -1,0 +1,63 @@
+"""The sweep-record store's contract, run against every backend the tests can start.
+
+SQLite, and PostgreSQL: a real server the tests start on loopback (tests/servers.py), or the one
+ACTSWEEP_TEST_POSTGRES_URL names.
+"""
+import os
+import uuid
+
+import pytest
+
+from service.orchestration.records import DuplicateIdempotencyKey, SweepRecord, SweepStore
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path) -> SweepStore:
+    if request.param == "sqlite":
+        return SweepStore(f"sqlite:///{tmp_path / 'sweeps.db'}")
+    return SweepStore(os.environ.get("ACTSWEEP_TEST_POSTGRES_URL") or request.getfixturevalue("postgres")["actsweep"])
+
+
+def _record(key: str | None = None) -> SweepRecord:
+    return SweepRecord(id=uuid.uuid4().hex[:12], experiment="mnist_classification", quick=True, overrides={"lr": [0.1]},
+                       spec={"name": "mnist_classification"}, trials_total=2, epochs=3, idempotency_key=key)
+
+
+POINTS = [{"activation": "gelu", "dropout": 0.0, "lr": 0.1, "seed": 0},
+          {"activation": "gelu", "dropout": 0.0, "lr": 0.1, "seed": 1}]
+
+
+def test_create_and_read_back_with_pending_trials(store):
+    created = store.create(_record(), POINTS)
+    again = store.get(created.id)
+    assert again.state == "queued" and again.overrides == {"lr": [0.1]}
+    assert [(t.position, t.seed, t.state) for t in again.trials] == [(0, 0, "pending"), (1, 1, "pending")]
+
+
+def test_trial_updates_and_finish(store):
+    record = store.create(_record(), POINTS)
+    store.update_trial(record.id, 0, state="succeeded", epoch=3, metrics={"test_error": 0.1})
+    store.update_trial(record.id, 1, state="running", epoch=1)
+    store.finish(record.id, "cancelled")
+    trials = store.get(record.id).trials
+    assert store.get(record.id).state == "cancelled" and store.get(record.id).finished_at is not None
+    assert [(t.state, t.epoch) for t in trials] == [("succeeded", 3), ("cancelled", 1)]
+    assert trials[0].metrics == {"test_error": 0.1}
+
+
+def test_idempotency_key_is_unique(store):
+    key = f"k-{uuid.uuid4().hex}"
+    first = store.create(_record(key), POINTS)
+    with pytest.raises(DuplicateIdempotencyKey):
+        store.create(_record(key), POINTS)
+    assert store.by_idempotency_key(key).id == first.id
+
+
+def test_pages_are_newest_first_and_filter_by_state(store):
+    ids = [store.create(_record(), POINTS).id for _ in range(3)]
+    store.finish(ids[0], "failed", error="boom")
+    page, total = store.page(0, 2)
+    assert total >= 3 and len(page) == 2
+    failed, n_failed = store.page(0, 10, state="failed")
+    assert ids[0] in [r.id for r in failed] and all(r.state == "failed" for r in failed) and n_failed >= 1
+    assert store.get(ids[0]).error == "boom"

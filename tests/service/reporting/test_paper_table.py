@@ -1,0 +1,77 @@
+"""The paper's-terms table and the verdicts, on constructed runs."""
+import math
+
+import pandas as pd
+import pytest
+
+from service.reporting.aggregate import choose_lr_on_validation, median_over_seeds
+from service.reporting.paper_table import median_with_interval, reported_rows, verdicts
+
+SPEC = {"protocol": {"headline_metric": "test_error", "select_lr_by": "val_error"}, "dropout": [0.0],
+        "paper_numbers": [{"activation": "gelu", "metric": "test_error", "value": 0.12},
+                          {"activation": "relu", "metric": "test_error", "value": 0.13}]}
+
+
+def runs_of(values: dict) -> pd.DataFrame:
+    """values: (activation, lr) → per-seed (val_error, test_error)."""
+    rows = [{"run_id": f"{a}{lr}{s}", "status": "FINISHED", "phase": "grid", "activation": a, "dropout": 0.0,
+             "lr": lr, "seed": s, "diverged": False, "val_error": v, "test_error": t, "val_loss": v}
+            for (a, lr), seeds in values.items() for s, (v, t) in enumerate(seeds)]
+    return pd.DataFrame(rows)
+
+
+def verdict_of(values: dict) -> str:
+    runs = runs_of(values)
+    table = choose_lr_on_validation(median_over_seeds(runs), by="val_error")
+    found = verdicts(reported_rows(runs, table, SPEC))
+    assert len(found) == 1 and found[0].claim == "gelu < relu on test_error"
+    return found[0].verdict
+
+
+def test_a_clear_win_is_reproduced():
+    assert verdict_of({("gelu", 1e-3): [(0.1, 0.10), (0.1, 0.101), (0.1, 0.102), (0.1, 0.099), (0.1, 0.1)],
+                       ("relu", 1e-3): [(0.1, 0.15), (0.1, 0.152), (0.1, 0.149), (0.1, 0.151), (0.1, 0.15)]}) == "reproduced"
+
+
+def test_a_clear_loss_is_not_reproduced():
+    assert verdict_of({("gelu", 1e-3): [(0.1, 0.20), (0.1, 0.21), (0.1, 0.205), (0.1, 0.199), (0.1, 0.2)],
+                       ("relu", 1e-3): [(0.1, 0.15), (0.1, 0.152), (0.1, 0.149), (0.1, 0.151), (0.1, 0.15)]}) == "not reproduced"
+
+
+def test_overlapping_noise_is_inconclusive():
+    assert verdict_of({("gelu", 1e-3): [(0.1, 0.10), (0.1, 0.20), (0.1, 0.14), (0.1, 0.16), (0.1, 0.12)],
+                       ("relu", 1e-3): [(0.1, 0.13), (0.1, 0.11), (0.1, 0.19), (0.1, 0.15), (0.1, 0.17)]}) == "inconclusive"
+
+
+def test_the_reported_config_follows_validation_not_test():
+    # at lr 1e-4 gelu's test error is better, but its validation error is worse: 1e-3 is reported
+    runs = runs_of({("gelu", 1e-3): [(0.10, 0.20), (0.11, 0.21)], ("gelu", 1e-4): [(0.30, 0.01), (0.31, 0.02)],
+                    ("relu", 1e-3): [(0.10, 0.20), (0.11, 0.21)]})
+    table = choose_lr_on_validation(median_over_seeds(runs), by="val_error")
+    gelu = next(r for r in reported_rows(runs, table, SPEC) if r.activation == "gelu")
+    assert gelu.lr == 1e-3 and gelu.median == pytest.approx(0.205) and gelu.paper == 0.12
+
+
+def test_dropout_is_tuned_on_validation_where_the_spec_tunes_it():
+    spec = {**SPEC, "dropout": [0.0, 0.5], "dropout_for": {"soi": [0.0]}}
+    runs = runs_of({("relu", 1e-3): [(0.2, 0.2), (0.2, 0.2)]})
+    runs = pd.concat([runs, runs_of({("relu", 1e-3): [(0.1, 0.3), (0.1, 0.3)]}).assign(dropout=0.5)])
+    table = choose_lr_on_validation(median_over_seeds(runs), by="val_error")
+    rows = reported_rows(runs, table, spec)
+    assert [(r.activation, r.dropout, r.median) for r in rows] == [("relu", 0.5, 0.3)]
+
+
+def test_bootstrap_interval_contains_the_median():
+    for values in ([0.1, 0.2, 0.3], [0.5, 0.1, 0.9, 0.4, 0.3], [1.0, 1.0, 2.0]):
+        median, low, high = median_with_interval(values)
+        assert low <= median <= high
+    median, low, high = median_with_interval([0.3])
+    assert median == 0.3 and math.isnan(low) and math.isnan(high)
+
+
+def test_two_seeds_apart_are_not_evidence_enough_without_the_t_test():
+    # two seeds a side: the bootstrap "interval" is the range; the paired t-test decides alone
+    assert verdict_of({("gelu", 1e-3): [(0.1, 0.10), (0.1, 0.13)],
+                       ("relu", 1e-3): [(0.1, 0.14), (0.1, 0.15)]}) == "inconclusive"
+    assert verdict_of({("gelu", 1e-3): [(0.1, 0.10), (0.1, 0.12)],
+                       ("relu", 1e-3): [(0.1, 0.15), (0.1, 0.1701)]}) == "reproduced"  # p < 0.05

@@ -1,0 +1,91 @@
+"""The cache of finished trials, on a real local Ray and a real MLflow store."""
+from __future__ import annotations
+
+import pytest
+import ray
+from mlflow.tracking import MlflowClient
+
+from search_spaces import load_spec
+from service.orchestration.sweeps import run_sweep
+from service.reporting.results import sweep_results
+from service.settings import Settings
+from workers.trial import GridPoint, trial_key
+
+TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
+        "activation": ["gelu", "relu"], "lr": [0.01], "dropout": 0, "seeds": 2}
+POINT = {"activation": "gelu", "dropout": 0.0, "lr": 0.01, "seed": 0}
+DATA = {"dataset": "digits", "sizes": {"train": 1397}, "phase": "grid"}
+
+
+def _key(overrides: dict | None = None, point: dict | None = None, data: dict | None = None) -> str:
+    base = load_spec("mnist_classification", quick=True, overrides={**TINY, **(overrides or {})}).trial_base()
+    return trial_key(base, GridPoint.of({**POINT, **(point or {})}), {**DATA, **(data or {})})
+
+
+def test_key_changes_with_everything_that_affects_training():
+    key = _key()
+    assert _key() == key
+    changed = [_key({"epochs": 3}), _key({"model.width": 64}), _key({"batch_size": 32}), _key({"optimizer": "sgd"}),
+               _key({"schedule.kind": "cosine"}), _key({"eval_noise": [0.5]}), _key(point={"seed": 1}),
+               _key(point={"lr": 0.001}), _key(point={"activation": "relu"}), _key(point={"dropout": 0.5}),
+               _key(data={"sizes": {"train": 1000}}), _key(data={"phase": "retrain"})]
+    assert key not in changed and len(set(changed)) == len(changed)
+
+
+def test_the_key_of_a_trial_that_ran_before_is_kept():
+    # A refactor must not change the keys of finished trials, or their runs are no longer reused.
+    # (Raised on purpose when the training code changes what a trial computes: TRAINING_CODE_VERSION.)
+    assert _key() == "726667d9a0b553da81578c90367fc48d"
+
+
+def test_key_ignores_what_only_places_or_labels_a_trial():
+    key = _key()
+    assert _key({"execution.cpus_per_trial": 2}) == key
+    assert _key({"execution.rerun": True, "execution.max_concurrent_trials": 1}) == key
+    assert _key({"claims": ["another claim"], "title": "another title"}) == key
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory):
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield Settings(home=tmp_path_factory.mktemp("cache"), download=False)
+    ray.shutdown()
+
+
+def _sweep(settings: Settings, **overrides):
+    spec = load_spec("mnist_classification", quick=True, overrides={**TINY, **overrides})
+    seen = []
+    outcome = run_sweep(spec, settings, on_reused=seen.extend)
+    assert outcome.errors == 0
+    return outcome, seen
+
+
+def test_a_repeated_trial_is_reused_and_says_so_unless_rerun(settings):
+    first, _ = _sweep(settings)
+    assert (first.trials, first.reused) == (4, 0)
+
+    again, seen = _sweep(settings)
+    assert (again.trials, again.reused) == (0, 4) and len(seen) == 4
+    client = MlflowClient(settings.resolved_tracking_uri)
+    before, after = sweep_results(settings.resolved_tracking_uri, first.sweep_id), \
+        sweep_results(settings.resolved_tracking_uri, again.sweep_id)
+    assert after.table[["val_loss", "test_error"]].equals(before.table[["val_loss", "test_error"]])
+    for run_id in after.runs["run_id"]:  # each reused run names its source and has the full history
+        run = client.get_run(run_id)
+        source = run.data.tags["reused_from"]
+        assert source in set(before.runs["run_id"])
+        assert [m.value for m in client.get_metric_history(run_id, "val_loss")] == \
+               [m.value for m in client.get_metric_history(source, "val_loss")]
+        assert len(client.get_metric_history(run_id, "val_loss")) == 2
+
+    rerun, _ = _sweep(settings, **{"execution.rerun": True})
+    assert (rerun.trials, rerun.reused) == (4, 0)
+
+
+def test_a_change_that_affects_training_misses(settings):
+    _sweep(settings)  # warm (or already warm from the test above)
+    longer, _ = _sweep(settings, epochs=3)
+    assert (longer.trials, longer.reused) == (4, 0)
+    wider_grid, seen = _sweep(settings, lr=[0.01, 0.02])  # only the new lr trains
+    assert (wider_grid.trials, wider_grid.reused) == (4, 4)  # 2 activations × 2 seeds at the new lr
+    assert {t.point.lr for t in seen} == {0.01}

@@ -1,0 +1,50 @@
+"""A sweep against a real ``mlflow server`` over HTTP, its store on a real PostgreSQL, artifacts served."""
+from __future__ import annotations
+
+import pytest
+import ray
+from mlflow.tracking import MlflowClient
+
+from search_spaces import load_spec
+from service.local_servers import mlflow_server
+from service.orchestration.sweeps import run_sweep
+from service.reporting.figures import stored_figures
+from service.reporting.report import render
+from service.reporting.results import sweep_results
+from service.runs.store import RunStore
+from service.settings import Settings
+
+TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
+        "activation": ["gelu", "relu"], "lr": [0.01], "dropout": 0, "seeds": 2}
+
+
+@pytest.fixture(scope="module")
+def settings(postgres, tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlflow-server")
+    with mlflow_server(postgres["mlflow"], root / "artifacts", root / "mlflow.log") as url:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        yield Settings(home=root / "home", tracking_uri=url, download=False)
+        ray.shutdown()
+
+
+def test_a_sweep_logs_over_http_and_reads_back(settings):
+    assert settings.resolved_tracking_uri.startswith("http://127.0.0.1:")
+    outcome = run_sweep(load_spec("mnist_classification", quick=True, overrides=TINY), settings)
+    assert (outcome.trials, outcome.errors) == (4, 0)
+
+    results = sweep_results(settings.resolved_tracking_uri, outcome.sweep_id)
+    assert len(results.runs) == 4 and set(results.runs["status"]) == {"FINISHED"}
+    assert set(results.table["n_seeds"]) == {2} and results.spec["name"] == "mnist_classification"
+    client = MlflowClient(settings.resolved_tracking_uri)
+    run_id = results.runs["run_id"].iloc[0]
+    assert [m.step for m in client.get_metric_history(run_id, "val_loss")] == [1, 2]
+    figures = stored_figures(results, RunStore(settings.resolved_tracking_uri))  # served by the server's artifact proxy
+    assert sorted(figures) == ["curves_train_loss_eval.png", "curves_val_loss.png", "robustness.png"]
+    assert all(png.startswith(b"\x89PNG") for png in figures.values())
+    assert render(results, "html", figures).count("<img ") == 3
+
+
+def test_the_trial_cache_works_through_the_server(settings):
+    first = run_sweep(load_spec("mnist_classification", quick=True, overrides={**TINY, "seeds": [7]}), settings)
+    again = run_sweep(load_spec("mnist_classification", quick=True, overrides={**TINY, "seeds": [7]}), settings)
+    assert (first.trials, first.reused, again.trials, again.reused) == (2, 0, 0, 2)

@@ -1,0 +1,102 @@
+"""One contract for the MLflow store of runs, run against every kind of backend: an SQLite file (the
+default), a folder (MLflow's file store, in maintenance mode in MLflow 3: allowed by
+MLFLOW_ALLOW_FILE_STORE), and a real ``mlflow server`` over HTTP with served artifacts."""
+from __future__ import annotations
+
+import pytest
+
+from service.local_servers import mlflow_server
+from service.runs.store import Provenance, RunStore, SweepNotFound
+from workers.trial import GridPoint
+
+
+@pytest.fixture(scope="module", params=["sqlite", "folder", "server"])
+def runs(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(request.param)
+    if request.param == "server":
+        with mlflow_server(f"sqlite:///{root / 'server.db'}", root / "artifacts", root / "mlflow.log") as url:
+            yield RunStore(url), root
+        return
+    if request.param == "sqlite":
+        yield RunStore(f"sqlite:///{root / 'mlflow.db'}"), root
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        yield RunStore((root / "mlruns").as_uri()), root
+
+
+def _sweep(runs: RunStore, root, sweep_id: str) -> tuple[str, str]:
+    exp = runs.experiment_id("actsweep/contract", root / "artifacts")
+    assert runs.experiment_id("actsweep/contract", root / "artifacts") == exp  # created once
+    provenance = Provenance(sweep_id, "contract", True, "generated", "val_loss", "test_error", "git abc", "a cpu",
+                            "seed=0")
+    return exp, runs.start_sweep(exp, f"contract-{sweep_id}", provenance, {"epochs": 2}, {"name": "contract"})
+
+
+def _trial(runs: RunStore, exp: str, parent: str, sweep_id: str, point: GridPoint, key: str, epochs=(1, 2)) -> str:
+    run_id = runs.create_trial(exp, parent, {"sweep_id": sweep_id, "phase": "grid", "trial_id": f"t-{point.seed}",
+                                             "trial_key": key}, point, {"epochs": "2", "model.depth": "8"})
+    for epoch in epochs:
+        runs.log_epoch(run_id, epoch, {"train_loss": 2.0 / epoch, "val_loss": 1.0 / epoch, "lr": 0.5 / epoch},
+                       {"node_id": "n1"})
+    return run_id
+
+
+def test_a_sweep_and_its_trials_round_trip(runs):
+    runs, root = runs
+    exp, parent = _sweep(runs, root, "c1")
+    sweep = runs.sweep("c1")
+    assert sweep.run_id == parent and sweep.experiment_id == exp
+    assert sweep.provenance == Provenance("c1", "contract", True, "generated", "val_loss", "test_error", "git abc",
+                                          "a cpu", "seed=0")
+    assert runs.spec(parent) == {"name": "contract"}
+    first = _trial(runs, exp, parent, "c1", GridPoint("gelu", 0.01, 0.5, 0), "k1")
+    runs.end_run(first, "FINISHED")
+    _trial(runs, exp, parent, "c1", GridPoint("relu", 0.01, 0.5, 1), "k2", epochs=(1,))  # still running
+
+    table = runs.trial_runs("c1").set_index("seed")
+    assert table.loc[0, "status"] == "FINISHED" and table.loc[1, "status"] == "RUNNING"
+    assert (table.loc[0, "activation"], table.loc[0, "lr"], table.loc[0, "dropout"]) == ("gelu", 0.01, 0.5)
+    assert table.loc[0, "val_loss"] == 0.5 and table.loc[0, "scheduled_lr"] == 0.25  # each metric's last value
+    history = runs.histories(table.reset_index(), ["val_loss"])
+    assert sorted(history[history["seed"] == 0]["epoch"]) == [1, 2]
+    run_id, tags, last = runs.trial_run("c1", "t-0")
+    assert (run_id, tags["node_id"], last) == (first, "n1", 2)
+    assert runs.trial_run("c1", "t-9") is None
+    tidy = runs.tidy_frame("c1", ["trial_key"])
+    assert len(tidy) == 3 and set(tidy["trial_key"]) == {"k1", "k2"} and "param.model.depth" in tidy
+
+    runs.kill_open_runs("c1")
+    assert set(runs.trial_runs("c1")["status"]) == {"FINISHED", "KILLED"}
+
+
+def test_a_finished_trial_is_found_by_its_key_and_copied_whole(runs):
+    runs, root = runs
+    exp, parent = _sweep(runs, root, "c2")
+    source = _trial(runs, exp, parent, "c2", GridPoint("elu", 0.1, 0.0, 3), "k3", epochs=(1, 2, 3))
+    assert runs.finished_with_key("k3") is None  # not finished yet
+    runs.end_run(source, "FINISHED")
+    found = runs.finished_with_key("k3")
+    assert found.info.run_id == source and runs.finished_with_key("k3", sweep_id="elsewhere") is None
+    _, other_parent = _sweep(runs, root, "c3")
+    copy = runs.copy_run(found, exp, other_parent, {"sweep_id": "c3", "trial_id": "reused-1"})
+    copied = runs.trial_runs("c3")
+    assert list(copied["run_id"]) == [copy] and copied["val_loss"].item() == pytest.approx(1 / 3)
+    assert sorted(runs.histories(copied, ["val_loss"])["epoch"]) == [1, 2, 3]
+    assert runs.finished_with_key("k3").info.run_id == source  # the run that trained, not its copy
+
+
+def test_figures_are_stored_with_the_parent_run(runs):
+    runs, root = runs
+    _, parent = _sweep(runs, root, "c4")
+    assert runs.figures(parent) == {}
+    runs.log_figures(parent, {"curves_val_loss.png": b"\x89PNG one", "robustness.png": b"\x89PNG two"})
+    assert runs.figures(parent) == {"curves_val_loss.png": b"\x89PNG one", "robustness.png": b"\x89PNG two"}
+
+
+def test_unknown_and_malformed_sweep_ids_are_not_found(runs):
+    runs, _ = runs
+    with pytest.raises(SweepNotFound, match="no sweep 'nope'"):
+        runs.sweep("nope")
+    with pytest.raises(SweepNotFound, match="is not an id"):
+        runs.sweep("x' or tags.role = 'sweep")

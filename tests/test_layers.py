@@ -1,0 +1,83 @@
+"""The code's layers point one way: api and the CLI → orchestration → runs and reporting → spec and
+plan → workers; the spec and the trial types load without torch or Ray; only service.runs talks to
+MLflow; and nothing in the package imports the tests."""
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("service", "workers", "search_spaces")
+# the layer of each room: a module may import its own layer and those below it
+LAYERS = [("workers", 0), ("search_spaces", 1), ("service.settings", 1), ("service.runs", 2), ("service.reporting", 3),
+          ("service.orchestration", 4), ("service.api", 5), ("service.cli", 5), ("service.benchmarks", 5),
+          ("service.local_servers", 5)]
+
+
+def layer_of(module: str) -> int:
+    return max((rank for prefix, rank in LAYERS if module == prefix or module.startswith(prefix + ".")), default=-1)
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+            found[name] = path
+    return found
+
+
+def imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_every_room_has_a_layer():
+    assert [name for name in modules() if layer_of(name) < 0 and name != "service"] == []
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_imports_point_down_the_layers(name):
+    path, mine = modules()[name], layer_of(name)
+    for imported in imports(path):
+        assert not imported.startswith(("tests", "bench")), f"{name} imports {imported}"
+        if imported.split(".")[0] in PACKAGES and imported != "service":
+            assert layer_of(imported) <= mine, f"{name} (layer {mine}) imports {imported} (layer {layer_of(imported)})"
+
+
+def test_the_spec_and_the_trial_types_load_without_torch_or_ray():
+    code = ("import sys, search_spaces, workers.trial, workers.registry, search_spaces.plan\n"
+            "from search_spaces import load_spec\n"
+            "plan = load_spec('mnist_classification').plan()\n"
+            "assert len(plan.grid) == 90\n"
+            "loaded = [m for m in ('torch', 'ray', 'mlflow') if m in sys.modules]\n"
+            "assert not loaded, loaded\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+# MLflow's API, its filter strings, and the tag names of actsweep's runs
+MLFLOW = re.compile(r"^\s*(import|from) mlflow|MlflowClient|tags\.\w+ *=|attributes\.status|mlflow\.parentRunId|"
+                    r"[\"'](role|trial_key|reused_from|trial_id|node_ids)[\"']")
+
+
+def test_only_the_runs_room_talks_to_mlflow():
+    outside = []
+    for name, path in modules().items():
+        if name.startswith("service.runs") or name == "service.local_servers":  # (it starts an mlflow server)
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            code = line.split("#")[0]
+            if MLFLOW.search(code):
+                outside.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert outside == []

@@ -1,0 +1,75 @@
+"""What a spec may name: activations, model kinds and datasets, each a name → builder table.
+
+A builder is named ``"module:attribute"`` and imported on first use, so the tables (and the spec
+schema that validates against them) load without torch. Adding a dataset or a model is one file
+(its builder) plus one line here; the accepted names in every error message come from these tables.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+
+class Registry:
+    """Names of one kind of thing and where each one's builder lives."""
+
+    def __init__(self, field: str, entries: dict[str, str]):
+        self.field = field  # the spec field that names them, for error messages
+        self._entries = dict(entries)
+        self._loaded: dict[str, Callable[..., Any]] = {}
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._entries)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def unknown(self, name: str) -> ValueError:
+        return ValueError(f"{self.field}: unknown {name!r}; accepted: {', '.join(self._entries)}")
+
+    def get(self, name: str) -> Callable[..., Any]:
+        """The builder registered as ``name`` (imported now if it was not yet)."""
+        if name not in self._entries:
+            raise self.unknown(name)
+        if name not in self._loaded:
+            module, _, attribute = self._entries[name].partition(":")
+            self._loaded[name] = getattr(importlib.import_module(module), attribute)
+        return self._loaded[name]
+
+
+# name → the function computing it (workers.activations); soi is stochastic in training mode
+ACTIVATIONS = Registry("activation", {
+    "gelu": "workers.activations:gelu",
+    "gelu_tanh": "workers.activations:gelu_tanh",
+    "relu": "torch.nn.functional:relu",
+    "elu": "workers.activations:elu",
+    "lrelu": "workers.activations:lrelu",
+    "silu": "torch.nn.functional:silu",
+    "soi": "workers.activations:soi_expectation",
+    "lalu": "workers.activations:lalu",
+})
+STOCHASTIC_ACTIVATIONS = frozenset({"soi"})
+
+# model.kind → build(model block, in_shape, n_out, activation, dropout, vocab_size) (workers.models)
+MODELS = Registry("model.kind", {
+    "mlp": "workers.models:build_mlp",
+    "autoencoder": "workers.models:build_autoencoder",
+    "window_tagger": "workers.models:build_window_tagger",
+    "cifar_shallow": "workers.models:build_cifar_shallow",
+    "cifar_small": "workers.models:build_cifar_small",
+    "stacked_conv": "workers.models:build_stacked_conv",
+    "wide_resnet": "workers.models:build_wide_resnet",
+})
+FUSABLE_MODELS = ("mlp", "autoencoder")  # kinds a fused pack can stack (workers.fused)
+
+# dataset → load(data_dir, download, val_size, train_subset, options) → Splits (workers.data)
+DATASETS = Registry("dataset", {
+    "mnist": "workers.data.mnist:load_mnist",
+    "digits": "workers.data.digits:load_digits",
+    "cifar10": "workers.data.cifar:load_cifar10",
+    "cifar100": "workers.data.cifar:load_cifar100",
+    "twitter_pos": "workers.data.twitter_pos:load_twitter_pos",
+    "timit": "workers.data.timit:load_timit",
+    "imagenet": "workers.data.imagenet:load_imagenet",
+})
+OWN_VALIDATION = ("twitter_pos", "timit")  # datasets that come with their own validation split

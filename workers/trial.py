@@ -1,0 +1,172 @@
+"""A trial as a type: its grid point, everything that changes its training, and fused packs of them.
+
+Torch-free: the spec and its plan (search_spaces), the driver, the MLflow logger, the REST trial
+list and the aggregator use these types without loading a model. One pair of functions turns
+them into a Ray Tune config and back (:func:`tune_config`, :func:`members`), and one into MLflow
+params (:func:`mlflow_params`).
+
+A Tune trial's config is the sweep's shared settings at the top level, the placement fields
+(``experiment``, ``phase``, resources, ``checkpoint_root``) beside them, and under ``point``
+either one grid point or ``{"pack": [points]}`` for a fused pack. Under an lr search ``point``
+holds Tune's search domain for the lr, and Tune's Repeater numbers the seeds
+(``__trial_index__`` picks from ``seeds``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+POINT_FIELDS = ("activation", "lr", "dropout", "seed")
+KEY_FIELD = "cache_key"  # a grid point's trial-cache key, beside it in a Tune config
+# fields of a Tune config that place or label a trial without changing what it computes
+NOT_TRAINING = frozenset({"experiment", "cpus_per_trial", "gpus_per_trial"})
+# raised whenever a change to workers/ changes what a trial computes (the trial cache keys on it)
+TRAINING_CODE_VERSION = 3  # 3: schedules moved every step, noise metrics named by %g, eval_train/top5/fine_tune
+
+
+@dataclass(frozen=True, order=True)
+class GridPoint:
+    """One point of the grid and one seed."""
+
+    activation: str
+    lr: float
+    dropout: float
+    seed: int
+
+    @classmethod
+    def of(cls, values: dict) -> "GridPoint":
+        """From any mapping holding the four fields (a Tune config, run tags as strings, a record)."""
+        return cls(str(values["activation"]), float(values["lr"]), float(values["dropout"]), int(values["seed"]))
+
+    def key(self) -> tuple[str, float, float, int]:
+        return (self.activation, self.dropout, self.lr, self.seed)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def run_name(self) -> str:
+        return f"{self.activation}-lr{self.lr:g}-do{self.dropout:g}-s{self.seed}"
+
+    def __str__(self) -> str:
+        return f"({self.activation}, lr {self.lr:g}, dropout {self.dropout:g}, seed {self.seed})"
+
+
+@dataclass(frozen=True)
+class Pack:
+    """Grid points trained together as one batched model (workers.fused): one Tune trial."""
+
+    points: tuple[GridPoint, ...]
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """Everything that determines one trial's training: a grid point plus the spec's settings."""
+
+    activation: str
+    lr: float
+    dropout: float
+    seed: int
+    epochs: int
+    batch_size: int
+    task: str = "classify"  # or "reconstruct" (autoencoders: MSE to the input)
+    optimizer: str = "adam"
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    schedule: dict = field(default_factory=lambda: {"kind": "constant"})
+    augment: dict = field(default_factory=dict)  # {"crop_padding": 4, "flip": true} for images
+    eval_noise: tuple = ()  # GELU paper Fig. 3: test inputs plus Unif[-a, a] noise, per a
+    activation_stats: bool = False  # ELU paper Fig. 2: median over units of the mean activation
+    eval_train: bool = True  # measure the whole training set in eval mode every epoch (train_loss_eval)
+    top5: bool = False  # also the top-5 error of validation and test (ImageNet)
+    model: dict = field(default_factory=lambda: {"kind": "mlp", "depth": 8, "width": 128, "init": "unit_norm_rows"})
+    # ELU paper §4.3 fine-tuning: from an iteration on, a stacked convnet's dropout on every layer
+    # of a stack (or its last) with rates scaled; see workers.models.StackedConvNet.set_dropout
+    fine_tune: tuple = ()
+
+    @classmethod
+    def from_config(cls, config: dict) -> "TrialConfig":
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in config.items() if k in names}
+        for name in ("eval_noise", "fine_tune"):
+            if name in values:
+                values[name] = tuple(values[name])
+        return cls(**values)
+
+    @property
+    def point(self) -> GridPoint:
+        return GridPoint(self.activation, self.lr, self.dropout, self.seed)
+
+    def with_point(self, point: GridPoint) -> "TrialConfig":
+        return replace(self, **point.as_dict())
+
+
+# -- Ray Tune ---------------------------------------------------------------------------------------
+
+def tune_config(settings: dict, unit: GridPoint | Pack | dict, **placement) -> dict:
+    """A Tune trial's config: the shared ``settings``, ``placement`` (phase, checkpoint_root, ...),
+    and ``unit`` under ``point``: a grid point, a pack, or (for an lr search) a point whose lr is
+    Tune's search domain. A grid point may carry its ``trial_key`` (service.runs.cache)."""
+    return {**settings, **placement, "point": _point_entry(unit)}
+
+
+def _point_entry(unit) -> dict:
+    if isinstance(unit, Pack):
+        return {"pack": [_point_entry(p) for p in unit.points]}
+    if isinstance(unit, GridPoint):
+        return unit.as_dict()
+    return dict(unit)  # a point with extra fields (trial_key) or a search domain
+
+
+def members(config: dict) -> list[dict]:
+    """The settings of each grid point a Tune trial trains (one, or a fused pack's members), each
+    with its point at the top level. Under a search, repeat i of a suggestion runs seed i."""
+    point = config.get("point", {})
+    base = {k: v for k, v in config.items() if k != "point"}
+    if "pack" in point:
+        return [{**base, **member} for member in point["pack"]]
+    settings = {**base, **point}
+    if "__trial_index__" in config:
+        settings["seed"] = config["seeds"][config["__trial_index__"]]
+    return [settings]
+
+
+def is_pack(config: dict) -> bool:
+    return "pack" in config.get("point", {})
+
+
+def member_results(result: dict) -> list[tuple[int, dict]]:
+    """(member index, metrics) for each member a Tune result reports on."""
+    if "members" not in result:
+        return [(0, result)]
+    return [(int(i), metrics) for i, metrics in sorted(result["members"].items(), key=lambda kv: int(kv[0]))]
+
+
+# -- MLflow and the trial cache ------------------------------------------------------------------------
+
+def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def mlflow_params(member: dict) -> dict[str, str]:
+    """A member's settings as MLflow params (nested blocks as dotted names)."""
+    logged = {k: v for k, v in member.items() if k not in ("point", KEY_FIELD, "checkpoint_root")}
+    return {k: str(v) for k, v in flatten(logged).items()}
+
+
+def trial_key(settings: dict, point: GridPoint, data: dict) -> str:
+    """The trial cache's key of one trial: a hash of its training settings (a spec's
+    ``trial_base()``; fields that only place or label it are left out), its grid point, the data
+    it sees (dataset, split sizes, preprocessing, phase) and :data:`TRAINING_CODE_VERSION`."""
+    identity = {"code": TRAINING_CODE_VERSION, "settings": {k: v for k, v in settings.items() if k not in NOT_TRAINING},
+                "data": data, "point": {"activation": point.activation, "dropout": point.dropout, "lr": point.lr,
+                                        "seed": point.seed}}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
