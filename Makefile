@@ -1,8 +1,11 @@
 # The two quick-start commands. Each creates or reuses the virtual environment (.ci/venv.sh).
-.PHONY: demo test
+.PHONY: demo test deploy-check
 
 demo:  ## the main job: the quick MNIST classification sweep on the real MNIST, on a local Ray
 	@venv=$$(bash .ci/venv.sh) && "$$venv/bin/actsweep" run mnist_classification --quick
 
 test:  ## the test suite, against a real local Ray and real MLflow stores (and headless Chromium)
 	@bash .ci/system-packages.sh && venv=$$(bash .ci/venv.sh) && "$$venv/bin/python" -m pytest -q
+
+deploy-check:  ## the container deployment built and run with Podman (no Docker Hub), a worker killed mid-sweep
+	@bash .ci/deploy-packages.sh && venv=$$(bash .ci/venv.sh) && "$$venv/bin/python" docker/deploy-check/run.py

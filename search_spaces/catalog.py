@@ -91,9 +91,14 @@ def field_errors(error: ValidationError, model: type[BaseModel] = SweepSpec) -> 
         elif item["type"] == "missing":
             msg = "required field is missing"
         else:
-            msg = f"{item['msg']} (got {item.get('input')!r})"
+            msg = f"{item['msg'].removeprefix('Value error, ')} (got {_short(item.get('input'))})"
         found.append({"loc": tuple(item["loc"]), "field": field, "msg": msg})
     return found
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "…"
 
 
 def validate_spec(raw: dict, origin: str) -> SweepSpec:
@@ -115,11 +120,40 @@ def raw_spec(name_or_path: str) -> dict:
 
 def load_spec(name_or_path: str, quick: bool = False, overrides: dict[str, Any] | None = None) -> SweepSpec:
     """The validated spec: the YAML, then its ``quick`` block if asked, then the overrides."""
-    raw = raw_spec(name_or_path)
+    return spec_from_mapping(raw_spec(name_or_path), name_or_path, quick, overrides)
+
+
+def spec_from_mapping(raw: dict, origin: str, quick: bool = False, overrides: dict[str, Any] | None = None) -> SweepSpec:
+    """A spec given as a mapping (a YAML file read, or a body sent inline): its ``quick`` block if
+    asked, then the overrides, then validation."""
+    raw = dict(raw)
     quick_block = raw.pop("quick", None) or {}
+    if not isinstance(quick_block, dict):
+        raise SpecError("quick: a block of spec fields")
     if quick:
         raw = apply_overrides(raw, quick_block)
-    return validate_spec(apply_overrides(raw, overrides or {}), raw.get("name", name_or_path))
+    return validate_spec(apply_overrides(raw, overrides or {}), str(raw.get("name", origin))[:100])
+
+
+def load_catalog_spec(name: str, quick: bool = False, overrides: dict[str, Any] | None = None) -> SweepSpec:
+    """A catalog experiment by name, never a file: what a remote caller may name."""
+    if name not in experiment_names():
+        raise SpecError(f"experiment: unknown {name[:100]!r}; accepted: {', '.join(experiment_names())} "
+                        f"(a spec of your own goes in `spec`, as a mapping or YAML text)")
+    return load_spec(name, quick, overrides)
+
+
+def parse_spec_text(text: str) -> dict:
+    """A spec sent as YAML text: the mapping it holds, or a SpecError naming the problem."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"spec: not valid YAML{where}: {getattr(exc, 'problem', None) or 'cannot be read'}") from None
+    if not isinstance(raw, dict):
+        raise SpecError("spec: a mapping of spec fields (name, dataset, model, ...)")
+    return raw
 
 
 def catalog() -> list[dict]:

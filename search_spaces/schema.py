@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt,
-                      ValidationInfo, field_validator)
+from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat,
+                      ValidationInfo, field_validator, model_validator)
 
 from search_spaces.plan import LrSearch, Plan
 from workers.registry import ACTIVATIONS, DATASETS, FUSABLE_MODELS, MODELS, OWN_VALIDATION
@@ -21,8 +21,23 @@ ActivationName = Literal[ACTIVATIONS.names()]  # type: ignore[valid-type]
 DatasetName = Literal[DATASETS.names()]  # type: ignore[valid-type]
 
 
+MAX_TRIALS = 100_000  # the largest grid a spec may describe (a service may allow fewer: ACTSWEEP_MAX_TRIALS_PER_SWEEP)
+Short = Annotated[str, Field(max_length=2000)]
+
+
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # unknown keys rejected; inf and NaN are no numbers (1e309 reads as inf)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _distinct(values: list) -> list:
+    """A grid axis lists each value once: [0.001, 1e-3] is one lr written twice."""
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"{value!r} appears twice; list each value once")
+        seen.add(value)
+    return values
 
 
 class ModelSpec(StrictModel):
@@ -32,19 +47,20 @@ class ModelSpec(StrictModel):
     depth: int = Field(8, ge=1, le=200)  # hidden layers (mlp, window_tagger); layers (wide_resnet: 6n+4)
     width: int = Field(128, ge=1, le=65536)  # units per hidden layer; first conv width (cifar_shallow)
     init: Literal["unit_norm_rows", "he", "torch_default"] = "unit_norm_rows"
-    hidden: list[Annotated[int, Field(ge=1, le=65536)]] = [1000, 500, 250, 30]  # autoencoder: encoder widths
+    hidden: Annotated[list[Annotated[int, Field(ge=1, le=65536)]], Field(max_length=32)] = [1000, 500, 250, 30]  # autoencoder: encoder widths
     embedding_dim: int = Field(50, ge=1, le=4096)  # window_tagger
     input_noise: NonNegativeFloat = 0.15  # cifar_shallow: std of the Gaussian input noise
     widen_factor: int = Field(4, ge=1, le=32)  # wide_resnet
     width_scale: PositiveFloat = 1.0  # stacked_conv: scales every layer's width (1 = the paper's)
     # stacked_conv (ELU paper §4.2, §4.3, §4.3.1): per stack, groups [layers, channels, receptive field];
     # a 2×2 max pool after each stack; dropout after each stack's last layer at its stack_dropout rate
-    stacks: list[list[tuple[Annotated[int, Field(ge=1, le=64)], Annotated[int, Field(ge=1, le=65536)],
-                            Annotated[int, Field(ge=1, le=15)]]]] = []
-    stack_dropout: list[Annotated[float, Field(ge=0, lt=1)]] = []
+    stacks: Annotated[list[Annotated[list[tuple[Annotated[int, Field(ge=1, le=64)], Annotated[int, Field(ge=1, le=65536)],
+                                               Annotated[int, Field(ge=1, le=15)]]], Field(max_length=16)]],
+                      Field(max_length=32)] = []
+    stack_dropout: Annotated[list[Annotated[float, Field(ge=0, lt=1)]], Field(max_length=32)] = []
     first_stride: int = Field(1, ge=1, le=8)  # stacked_conv: the stride of the first convolution
-    spp_levels: list[Annotated[int, Field(ge=1, le=16)]] = []  # stacked_conv: spatial pyramid pooling bins
-    fc: list[Annotated[int, Field(ge=1, le=65536)]] = []  # stacked_conv: fully connected widths before the read-out
+    spp_levels: Annotated[list[Annotated[int, Field(ge=1, le=16)]], Field(max_length=8)] = []  # stacked_conv: spatial pyramid pooling bins
+    fc: Annotated[list[Annotated[int, Field(ge=1, le=65536)]], Field(max_length=16)] = []  # stacked_conv: fully connected widths before the read-out
     fc_dropout: float = Field(0.0, ge=0, lt=1)  # stacked_conv: dropout after each of those
 
     @field_validator("stack_dropout")
@@ -76,9 +92,9 @@ class Schedule(StrictModel):
     start: float = Field(0, ge=0, validation_alias=AliasChoices("start", "start_epoch"))  # linear_decay
     t0: float | None = Field(None, gt=0)  # cosine: first period (default: all of training)
     t_mult: int = Field(1, ge=1)  # cosine
-    milestones: list[Annotated[float, Field(ge=0)]] = []  # step, piecewise: where the lr changes
+    milestones: Annotated[list[Annotated[float, Field(ge=0)]], Field(max_length=100)] = []  # step, piecewise: where the lr changes
     gamma: PositiveFloat = 0.1  # step: the factor at each milestone
-    factors: list[NonNegativeFloat] = []  # piecewise: multiples of the lr before, between and after milestones
+    factors: Annotated[list[NonNegativeFloat], Field(max_length=101)] = []  # piecewise: multiples of the lr before, between and after milestones
 
     @field_validator("factors")
     @classmethod
@@ -114,7 +130,7 @@ class Protocol(StrictModel):
     # GELU paper §3.5 (CIFAR-10): after choosing the lr on validation, train again on all the
     # training data and report that run's test error
     retrain_on_full: bool = False
-    notes: list[str] = []
+    notes: Annotated[list[Short], Field(max_length=100)] = []
 
 
 class Execution(StrictModel):
@@ -122,9 +138,9 @@ class Execution(StrictModel):
     # one Tune trial that trains them as one batched model (workers.fused); each stays its own run.
     mode: Literal["per_trial", "fused"] = "per_trial"
     pack_size: Annotated[int, Field(ge=1, le=256)] = 12  # grid points per fused pack
-    cpus_per_trial: PositiveFloat = 1.0  # per Tune trial: a grid point, or a whole fused pack
-    gpus_per_trial: NonNegativeFloat = 0.0  # fractions let several trials share one GPU
-    max_concurrent_trials: PositiveInt | None = None
+    cpus_per_trial: float = Field(1.0, gt=0, le=1024)  # per Tune trial: a grid point, or a whole fused pack
+    gpus_per_trial: float = Field(0.0, ge=0, le=64)  # fractions let several trials share one GPU
+    max_concurrent_trials: Annotated[int, Field(ge=1, le=100_000)] | None = None
     rerun: bool = False  # train every trial, even one whose identical twin already finished (the trial cache)
     # a failed trial (a lost worker node, a crashed process) is retried this many times (Tune's
     # FailureConfig); each retry resumes from the checkpoint of its last finished epoch
@@ -156,10 +172,10 @@ class Slice(StrictModel):
     are listed here (each a subset of the spec's own axis) run. Slices of one grid, each run and
     exported on its own, make the whole grid again (``actsweep report --from-export``)."""
 
-    activation: list[ActivationName] | None = None
-    lr: list[PositiveFloat] | None = None
-    dropout: list[float] | None = None
-    seed: list[int] | None = None
+    activation: Annotated[list[ActivationName], Field(max_length=64)] | None = None
+    lr: Annotated[list[PositiveFloat], Field(max_length=1000)] | None = None
+    dropout: Annotated[list[float], Field(max_length=100)] | None = None
+    seed: Annotated[list[int], Field(max_length=1000)] | None = None
 
     def label(self) -> str:
         """``seed=0,1 activation=relu``; empty for the whole grid."""
@@ -197,43 +213,43 @@ class RankingClaim(StrictModel):
 class SweepSpec(StrictModel):
     """One experiment: data, model, training settings, the grid, and the protocol."""
 
-    name: str = Field(pattern=r"^[a-z0-9_]+$")
-    title: str = ""
+    name: str = Field(pattern=r"^[a-z0-9_]+$", max_length=100)
+    title: Short = ""
     paper: Literal["gelu", "elu", "custom"] = "custom"
-    section: str = ""
+    section: Short = ""
 
     # data
     dataset: DatasetName
     # held out of the training set to choose the lr on (GELU paper §3.1: 5k); datasets with their
     # own validation split (twitter_pos, timit) ignore it. 0: train on all of it (one lr, nothing to choose)
     val_size: int = Field(5000, ge=0, le=10_000_000)
-    train_subset: PositiveInt | None = None  # use only this many training examples (quick runs)
+    train_subset: Annotated[int, Field(ge=1, le=100_000_000)] | None = None  # use only this many training examples (quick runs)
     data_options: DataOptions = DataOptions()
 
     # model and training
     task: Literal["classify", "reconstruct"] = "classify"
     model: ModelSpec = ModelSpec()
     optimizer: Literal["adam", "sgd"] = "adam"
-    momentum: NonNegativeFloat = 0.0
+    momentum: float = Field(0.0, ge=0, lt=1)
     nesterov: bool = False
-    weight_decay: NonNegativeFloat = 0.0  # L2 penalty
+    weight_decay: float = Field(0.0, ge=0, le=1)  # L2 penalty
     schedule: Schedule = Schedule()
     augment: Augment = Augment()
-    eval_noise: list[NonNegativeFloat] = []  # GELU Fig. 3: evaluate on test + Unif[-a, a], per a
+    eval_noise: Annotated[list[NonNegativeFloat], Field(max_length=100)] = []  # GELU Fig. 3: evaluate on test + Unif[-a, a], per a
     activation_stats: bool = False  # ELU Fig. 2: median unit activation per layer and epoch
     eval_train: bool = True  # measure the whole training set in eval mode every epoch (train_loss_eval)
     top5: bool = False  # also val_error_top5 and test_error_top5 (ELU §4.3.1, ImageNet)
-    fine_tune: list[FineTunePhase] = []  # ELU §4.3: dropout phases by iteration (model.kind stacked_conv)
+    fine_tune: Annotated[list[FineTunePhase], Field(max_length=16)] = []  # ELU §4.3: dropout phases by iteration (model.kind stacked_conv)
     epochs: int = Field(ge=1, le=10_000)
     batch_size: int = Field(ge=1, le=1_000_000)
 
     # the grid: activation × lr × dropout × seed
-    activation: list[ActivationName] = Field(min_length=1)
-    lr: list[PositiveFloat] = Field(min_length=1)
-    dropout: list[float] = Field(default=[0.0], min_length=1)
+    activation: list[ActivationName] = Field(min_length=1, max_length=64)
+    lr: list[PositiveFloat] = Field(min_length=1, max_length=1000)
+    dropout: list[float] = Field(default=[0.0], min_length=1, max_length=100)
     # per-activation replacement of the dropout axis, e.g. {soi: [0.0]}: SOI runs without dropout
     # while the others tune it (GELU paper §4)
-    dropout_for: dict[ActivationName, list[float]] = {}
+    dropout_for: dict[ActivationName, Annotated[list[float], Field(min_length=1, max_length=100)]] = {}
     search: Search | None = None  # an Optuna search over the lr replaces the lr axis
     # a count (seeds 0..n-1) or explicit seeds
     seeds: Annotated[int, Field(ge=1, le=1000)] | Annotated[list[int], Field(min_length=1, max_length=1000)] = 1
@@ -241,9 +257,9 @@ class SweepSpec(StrictModel):
     slice: Slice = Slice()  # run only this part of the grid (actsweep run --slice seed=0)
 
     protocol: Protocol = Protocol()
-    claims: list[str] = []  # the paper's words, shown in the report
-    ranking_claims: list[RankingClaim] = []  # the orderings among them that the report checks
-    paper_numbers: list[PaperNumber] = []
+    claims: Annotated[list[Short], Field(max_length=100)] = []  # the paper's words, shown in the report
+    ranking_claims: Annotated[list[RankingClaim], Field(max_length=100)] = []  # the orderings among them that the report checks
+    paper_numbers: Annotated[list[PaperNumber], Field(max_length=100)] = []
     execution: Execution = Execution()
 
     @field_validator("execution")
@@ -282,6 +298,11 @@ class SweepSpec(StrictModel):
     def _scalar_is_one_point_axis(cls, value):
         return value if isinstance(value, (list, tuple)) else [value]
 
+    @field_validator("activation", "lr", "dropout", "eval_noise")
+    @classmethod
+    def _each_value_once(cls, value, info: ValidationInfo):
+        return _distinct(value) if isinstance(value, list) else value
+
     @field_validator("dropout")
     @classmethod
     def _dropout_in_unit_interval(cls, value: list[float]) -> list[float]:
@@ -303,8 +324,8 @@ class SweepSpec(StrictModel):
         # each level a is logged as test_error_noise_<%g of a>: two levels must not share a name
         names = [f"{a:g}" for a in value]
         if len(set(names)) != len(names) or not all(math.isfinite(a) and a <= 1e6 for a in value):
-            raise ValueError(f"eval_noise: distinct finite levels in [0, 1e6], each a metric test_error_noise_<a> "
-                             f"(got {', '.join(names)})")
+            raise ValueError(f"distinct finite levels in [0, 1e6], each a metric test_error_noise_<a> "
+                             f"(levels named {', '.join(names)})")
         return value
 
     @field_validator("seeds")
@@ -341,7 +362,18 @@ class SweepSpec(StrictModel):
 
     @property
     def trial_count(self) -> int:
-        return self.plan().trials
+        """Trials of the first phase, counted from the axes' lengths (nothing is built)."""
+        pairs, seeds = len(self.searched_pairs()), len(self.seed_list)
+        if self.search:
+            return pairs * self.search.num_samples * seeds
+        return pairs * sum(self.slice.lr is None or lr in self.slice.lr for lr in self.lr) * seeds
+
+    @model_validator(mode="after")
+    def _a_grid_of_bounded_size(self) -> "SweepSpec":
+        if self.trial_count > MAX_TRIALS:
+            raise ValueError(f"the grid has {self.trial_count} trials (activations × dropouts × lrs × seeds); "
+                             f"a spec may have at most {MAX_TRIALS}")
+        return self
 
     def searched_pairs(self) -> list[tuple[str, float]]:
         """The (activation, dropout) pairs of the grid (its slice's); with ``search``, each gets its own lr search."""

@@ -137,8 +137,23 @@ def cmd_serve(args) -> int:
 
     from service.api.main import create_app
 
-    uvicorn.run(create_app(get_settings()), host=args.host, port=args.port, log_level=args.log_level)
+    settings = get_settings()
+    if settings.api_token is None and not _loopback(args.host):
+        raise SpecError(f"--host: {args.host} is reachable from other machines, and without ACTSWEEP_API_TOKEN anyone "
+                        f"there could run sweeps: set ACTSWEEP_API_TOKEN, or listen on 127.0.0.1 (the default)")
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
     return 0
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -182,8 +182,10 @@ class ApiServer:
 
     def start(self) -> "ApiServer":
         out = open(self.log, "ab") if self.log else None
+        # in a process group of its own, as under systemd or in a container: stop_group() signals all of it
         self.process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
-                                         "--log-level", "info"], cwd=REPO, env=self.env, stdout=out, stderr=out)
+                                         "--log-level", "info"], cwd=REPO, env=self.env, stdout=out, stderr=out,
+                                        start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -197,6 +199,11 @@ class ApiServer:
         if self.process and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(30)
+
+    def stop_group(self, sig: int = signal.SIGTERM) -> None:
+        """Signal the API's whole process group, as Ctrl-C, systemd or ``docker stop`` do, and wait for it."""
+        os.killpg(self.process.pid, sig)
+        self.process.wait(60)
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -5,11 +5,32 @@ Ray results under one folder (ACTSWEEP_HOME, default ~/.actsweep).
 """
 from __future__ import annotations
 
+import os
+import re
+import secrets
 from functools import cached_property
 from pathlib import Path
 
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]+)@", re.I)
+
+
+def mask_secrets(text: str) -> str:
+    """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db``, wherever a URL with a
+    password appears in ``text`` (health details, error messages, links)."""
+    return _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+
+
+def write_secret(path: Path, value: str) -> Path:
+    """``value`` in a file only its owner may read (for a process that must not see it in its environment)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(value)
+    os.chmod(path, 0o600)
+    return path
 
 
 class Settings(BaseSettings):
@@ -18,6 +39,9 @@ class Settings(BaseSettings):
     home: Path = Path("~/.actsweep")
     tracking_uri: str | None = None  # default: sqlite:///HOME/mlflow.db
     database_url: str | None = None  # sweep records; default: sqlite:///HOME/sweeps.db
+    # the same two, read from a file (a secret: a password stays out of environments and job metadata)
+    tracking_uri_file: Path | None = None
+    database_url_file: Path | None = None
     ray_address: str | None = None  # None: start a local Ray; "auto" or ray://host:10001 to join one
     num_cpus: int | None = None  # CPUs of a local Ray (default: all)
     dashboard: bool = True  # start the Ray dashboard with a local Ray
@@ -31,8 +55,12 @@ class Settings(BaseSettings):
     # REST service
     ray_dashboard_url: str = "http://127.0.0.1:8265"  # where sweeps are submitted as Ray jobs
     start_local_ray: bool = True  # `serve` starts a local Ray head there when none answers
+    ray_temp_dir: str | None = None  # that head's --temp-dir (Ray's default: /tmp/ray)
     mlflow_ui_url: str | None = None  # for links; default: the tracking URI if it is http(s)
     max_trials_per_sweep: int = 2000  # larger grids are rejected with 422, not run
+    # paths a submitted spec may name (data_options.embeddings) lie inside the data directory or these
+    data_roots: list[Path] = []
+    idempotency_queued_s: float = 600.0  # an Idempotency-Key whose sweep stayed queued this long may be retried
     health_cache_s: float = 2.0  # /healthz checks Ray, MLflow and the database at most this often
     driver_restarts: int = 2  # a sweep whose driver dies is continued by a new one (Tuner.restore) this often
 
@@ -44,6 +72,8 @@ class Settings(BaseSettings):
 
     @property
     def resolved_tracking_uri(self) -> str:
+        if self.tracking_uri_file:
+            return self.tracking_uri_file.read_text().strip()
         return self.tracking_uri or f"sqlite:///{self.root / 'mlflow.db'}"
 
     @property
@@ -52,11 +82,27 @@ class Settings(BaseSettings):
 
     @property
     def resolved_database_url(self) -> str:
+        if self.database_url_file:
+            return self.database_url_file.read_text().strip()
         return self.database_url or f"sqlite:///{self.root / 'sweeps.db'}"
 
     @property
     def resolved_data_dir(self) -> Path:
         return (self.data_dir or self.root / "data").expanduser()
+
+    def trial_cache_secret(self) -> bytes:
+        """The key the trial cache signs its runs with: HOME/secrets/trial_cache.key, made on first
+        use, readable by its owner only (drivers and the API share HOME, and so the key)."""
+        path = self.root / "secrets" / "trial_cache.key"
+        if not path.is_file():
+            write_secret(path, secrets.token_hex(32))
+        return path.read_bytes().strip()
+
+    def within_data_roots(self, path: str | Path) -> bool:
+        """Whether ``path`` (relative: to the data directory) resolves inside a data root."""
+        resolved = (self.resolved_data_dir / Path(path).expanduser()).resolve()
+        roots = [self.resolved_data_dir, *self.data_roots]
+        return any(resolved.is_relative_to(root.expanduser().resolve()) for root in roots)
 
     @property
     def resolved_mlflow_ui_url(self) -> str:

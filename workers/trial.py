@@ -16,14 +16,25 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 POINT_FIELDS = ("activation", "lr", "dropout", "seed")
 KEY_FIELD = "cache_key"  # a grid point's trial-cache key, beside it in a Tune config
 # fields of a Tune config that place or label a trial without changing what it computes
 NOT_TRAINING = frozenset({"experiment", "cpus_per_trial", "gpus_per_trial"})
-# raised whenever a change to workers/ changes what a trial computes (the trial cache keys on it)
-TRAINING_CODE_VERSION = 3  # 3: schedules moved every step, noise metrics named by %g, eval_train/top5/fine_tune
+WORKERS = Path(__file__).resolve().parent
+
+
+@lru_cache(maxsize=1)
+def training_code_version() -> str:
+    """A hash of the training code itself (every source file of workers/): the trial cache's key
+    changes whenever the code that computes a trial does, with nothing to remember to bump."""
+    digest = hashlib.sha256()
+    for path in sorted(WORKERS.rglob("*.py")):
+        digest.update(str(path.relative_to(WORKERS)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True, order=True)
@@ -162,11 +173,14 @@ def mlflow_params(member: dict) -> dict[str, str]:
     return {k: str(v) for k, v in flatten(logged).items()}
 
 
-def trial_key(settings: dict, point: GridPoint, data: dict) -> str:
+def trial_key(settings: dict, point: GridPoint, data: dict, execution: dict | None = None) -> str:
     """The trial cache's key of one trial: a hash of its training settings (a spec's
     ``trial_base()``; fields that only place or label it are left out), its grid point, the data
-    it sees (dataset, split sizes, preprocessing, phase) and :data:`TRAINING_CODE_VERSION`."""
-    identity = {"code": TRAINING_CODE_VERSION, "settings": {k: v for k, v in settings.items() if k not in NOT_TRAINING},
+    it sees (dataset, source and a fingerprint of its values, split sizes, preprocessing, phase),
+    how it runs where that changes its numbers (``execution``: per trial or fused, dtype), and the
+    training code's own hash (:func:`training_code_version`)."""
+    identity = {"code": training_code_version(), "execution": execution or {},
+                "settings": {k: v for k, v in settings.items() if k not in NOT_TRAINING},
                 "data": data, "point": {"activation": point.activation, "dropout": point.dropout, "lr": point.lr,
                                         "seed": point.seed}}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]

@@ -1,25 +1,38 @@
 """Builds the FastAPI app; nothing else."""
 from __future__ import annotations
 
+import logging
+import os
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 
 from service.api.health import HealthProbe
 from service.api.routes import experiments, health, sweeps
-from service.orchestration.jobs import RayJobs
+from service.orchestration.jobs import ClusterUnreachable, RayJobs
 from service.orchestration.records import SweepStore
 from service.orchestration.submission import SubmissionError
-from service.settings import Settings, get_settings
+from service.runs.store import RunsUnavailable
+from service.settings import Settings, get_settings, mask_secrets
+
+logger = logging.getLogger("actsweep.api")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    # an MLflow server that does not answer: a request fails in seconds (a 503), not after minutes of retries
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.jobs.ensure_cluster()  # a local Ray head is started once and outlives the API
+        try:  # reattach to the head that answers, or start one (in its own session: it outlives the API)
+            app.state.jobs.ensure_cluster()
+        except Exception as exc:  # the API still serves: /healthz says Ray is down, submissions answer 503
+            logger.warning("no Ray cluster yet (%s: %s); submissions will try again", type(exc).__name__,
+                           mask_secrets(str(exc)))
         yield
 
     app = FastAPI(title="actsweep", version="0.1.0", lifespan=lifespan,
@@ -32,6 +45,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(SubmissionError)
     async def submission_error(request: Request, exc: SubmissionError):
         return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+
+    # A dependency that does not answer is a 503 that says which (never a 500, never its credentials);
+    # nothing stored is touched.
+    @app.exception_handler(RunsUnavailable)
+    async def mlflow_down(request: Request, exc: RunsUnavailable):
+        return JSONResponse({"detail": f"the MLflow store at {mask_secrets(settings.resolved_tracking_uri)} did not "
+                                       f"answer; try again later"}, status_code=503)
+
+    @app.exception_handler(OperationalError)
+    async def database_down(request: Request, exc: OperationalError):
+        return JSONResponse({"detail": f"the sweep database at {mask_secrets(settings.resolved_database_url)} did not "
+                                       f"answer; try again later"}, status_code=503)
+
+    @app.exception_handler(ClusterUnreachable)
+    async def ray_down(request: Request, exc: ClusterUnreachable):
+        return JSONResponse({"detail": f"{mask_secrets(str(exc))}; try again later"}, status_code=503)
 
     app.include_router(health.router)
     app.include_router(experiments.router)

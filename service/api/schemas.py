@@ -2,25 +2,35 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class SweepCreate(BaseModel):
-    """``POST /sweeps``: a catalog experiment, optionally its quick variant, and overrides by the
-    same field names as the CLI's ``--set`` (grid axes as lists)."""
+    """``POST /sweeps``: a catalog experiment (or a spec of one's own, sent inline), optionally its
+    quick variant, and overrides by the same field names as the CLI's ``--set`` (grid axes as lists)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra={"examples": [
         {"experiment": "mnist_classification", "quick": True,
          "overrides": {"epochs": 2, "lr": [0.001], "activation": ["gelu", "relu"]}, "name": "first try"}]})
 
-    experiment: str = Field(min_length=1, max_length=200, description="a name from GET /experiments")
+    experiment: str | None = Field(default=None, min_length=1, max_length=200,
+                                   description="a name from GET /experiments (or send `spec`)")
+    spec: dict[str, Any] | Annotated[str, Field(max_length=100_000)] | None = Field(
+        default=None, description="a spec of your own instead of `experiment`: a mapping, or its YAML text")
     quick: bool = False
-    overrides: dict[str, Any] = Field(default_factory=dict, description="spec fields by name, as `--set`")
+    overrides: dict[str, Any] = Field(default_factory=dict, max_length=200,
+                                      description="spec fields by name, as `--set`")
     name: str | None = Field(default=None, max_length=200)
     rerun: bool = Field(default=False, description="train every trial even where an identical one already "
                                                    "finished (otherwise its run is reused and the trial says so)")
+
+    @model_validator(mode="after")
+    def _one_spec(self) -> "SweepCreate":
+        if (self.experiment is None) == (self.spec is None):
+            raise ValueError("give either `experiment` (a catalog name) or `spec` (a spec of your own), not both")
+        return self
 
 
 class Progress(BaseModel):

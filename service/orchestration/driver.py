@@ -33,8 +33,8 @@ def drive(sweep_id: str) -> int:
     if record.state in TERMINAL_STATES:  # cancelled before the job started
         return 0
     resume_parent_run_id = record.mlflow_parent_run_id if record.state == "running" else None
-    if resume_parent_run_id is None:
-        store.update(sweep_id, state="running", started_at=utcnow())
+    if resume_parent_run_id is None and not store.transition(sweep_id, "running", started_at=utcnow()):
+        return 0  # cancelled (or failed) while its job was starting
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         spec = SweepSpec.model_validate(record.spec)

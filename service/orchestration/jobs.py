@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from service.settings import Settings
+from service.settings import Settings, mask_secrets, write_secret
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
@@ -60,16 +60,24 @@ def ensure_ray_token() -> None:
 
 def start_local_head(settings: Settings) -> None:
     """``ray start --head`` with its dashboard at ACTSWEEP_RAY_DASHBOARD_URL, token auth on; a
-    daemon that outlives this process (stop it with ``ray stop``)."""
+    daemon that outlives this process (stop it with ``ray stop``).
+
+    It starts in a session of its own: stopping the API the usual way (Ctrl-C, systemd or
+    ``docker stop`` signal the whole process group) leaves the head, and the sweeps running on it,
+    alive for the next API to reattach to."""
     ensure_ray_token()
     port = urlparse(settings.ray_dashboard_url).port or 8265
     command = [ray_cli(), "start", "--head", "--node-ip-address", "127.0.0.1",
                "--dashboard-host", "127.0.0.1", "--dashboard-port", str(port), "--include-dashboard", "true",
-               # its job agent on a free port, not Ray's fixed default, which another Ray here may hold
-               "--dashboard-agent-listen-port", str(_free_port())]
+               # free ports, not Ray's fixed defaults, which another Ray on this machine may hold
+               "--port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port()),
+               "--ray-client-server-port", str(_free_port())]
     if settings.num_cpus:
         command += ["--num-cpus", str(settings.num_cpus)]
-    subprocess.run(command, check=True, capture_output=True, timeout=120, env={**os.environ, "RAY_AUTH_MODE": "token"})
+    if settings.ray_temp_dir:
+        command += ["--temp-dir", settings.ray_temp_dir]
+    subprocess.run(command, check=True, capture_output=True, timeout=120, start_new_session=True,
+                   env={**os.environ, "RAY_AUTH_MODE": "token"})
     for _ in range(60):
         if dashboard_answers(settings.ray_dashboard_url):
             return
@@ -83,7 +91,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# never passed to a driver's Ray job (its environment shows in Ray's job metadata)
+SECRET_VARIABLES = frozenset({"ACTSWEEP_API_TOKEN", "ACTSWEEP_TRACKING_URI", "ACTSWEEP_DATABASE_URL",
+                              "ACTSWEEP_CACHE_SECRET"})
 AGENT_WAIT_S = 60  # how long a submission waits for a just-started head's job agent
+STATUS_TRIES = 4  # a job's status is asked this often (0.25, 0.5, 1 s apart) before the cluster counts as away
+
+
+class ClusterUnreachable(RuntimeError):
+    """The Ray cluster's job API did not answer (not: it answered that a job is unknown)."""
 
 
 class RayJobs:
@@ -99,24 +115,33 @@ class RayJobs:
         return JobSubmissionClient(self.settings.ray_dashboard_url, headers=ray_auth_headers())
 
     def ensure_cluster(self) -> None:
+        """Reattach to the Ray head that answers at ACTSWEEP_RAY_DASHBOARD_URL (one this service
+        started before a restart, or anyone's), or start a local one where none does and we may."""
         if not dashboard_answers(self.settings.ray_dashboard_url):
             if self.settings.ray_address or not self.settings.start_local_ray:
-                raise RuntimeError(f"no Ray dashboard answers at {self.settings.ray_dashboard_url}")
+                raise ClusterUnreachable(f"no Ray dashboard answers at {self.settings.ray_dashboard_url}")
             start_local_head(self.settings)
 
     def submit(self, sweep_id: str, restart: int = 0) -> str:
         """Start the sweep's driver as a Ray job; the job id is derived from the sweep id
         (and the restart's number, for a driver that replaces a dead one)."""
         settings = self.settings
-        env = {k: v for k, v in os.environ.items() if k.startswith("ACTSWEEP_")}
+        if not dashboard_answers(settings.ray_dashboard_url):
+            self.ensure_cluster()  # reattach, or start the local head again (ClusterUnreachable if neither)
+        env = {k: v for k, v in os.environ.items() if k.startswith("ACTSWEEP_") and k not in SECRET_VARIABLES}
         env.update({  # resolved here so the driver writes where this API reads
             "ACTSWEEP_HOME": str(settings.root),
-            "ACTSWEEP_TRACKING_URI": settings.resolved_tracking_uri,
-            "ACTSWEEP_DATABASE_URL": settings.resolved_database_url,
             "ACTSWEEP_DATA_DIR": str(settings.resolved_data_dir),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
         })
-        env.pop("ACTSWEEP_API_TOKEN", None)  # the driver does not need it; keep it out of job metadata
+        # The stores' URLs may hold passwords: Ray keeps a job's environment in its metadata, which its
+        # dashboard shows. They travel as files only their owner reads (ACTSWEEP_*_FILE).
+        for name, value in (("tracking_uri", settings.resolved_tracking_uri),
+                            ("database_url", settings.resolved_database_url)):
+            if mask_secrets(value) != value:
+                env[f"ACTSWEEP_{name.upper()}_FILE"] = str(write_secret(settings.root / "secrets" / name, value))
+            else:
+                env[f"ACTSWEEP_{name.upper()}"] = value
         entrypoint = f"{shlex.quote(sys.executable)} -m service.orchestration.driver {shlex.quote(sweep_id)}"
         deadline = time.monotonic() + AGENT_WAIT_S
         while True:
@@ -129,15 +154,39 @@ class RayJobs:
                     raise
                 time.sleep(1.0)
 
+    def node_resources(self) -> list[dict[str, float]]:
+        """Each alive node's Ray resources (CPU, GPU, ...), from the dashboard's state API."""
+        try:
+            answer = httpx.get(f"{self.settings.ray_dashboard_url}/api/v0/nodes", headers=ray_auth_headers(),
+                               timeout=5.0)
+            nodes = answer.json()["data"]["result"]["result"]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            raise ClusterUnreachable(f"the Ray cluster at {self.settings.ray_dashboard_url} did not answer") from None
+        return [node.get("resources_total", {}) for node in nodes if node.get("state") == "ALIVE"]
+
     def stop(self, job_id: str) -> None:
         self.client.stop_job(job_id)
 
     def status(self, job_id: str) -> str | None:
-        """The job's status name (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED), None if unknown."""
-        try:
-            return self.client.get_job_status(job_id).value
-        except Exception:  # the job is not known to this cluster (or the cluster is gone)
-            return None
+        """The job's status name (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED), or None where the
+        cluster answers that it does not know the job. A cluster that does not answer is asked
+        again with backoff (STATUS_TRIES times), then :class:`ClusterUnreachable`: a blip is not a
+        verdict on the sweep."""
+        delay = 0.25
+        for attempt in range(STATUS_TRIES):
+            try:
+                answer = httpx.get(f"{self.settings.ray_dashboard_url}/api/jobs/{job_id}", headers=ray_auth_headers(),
+                                   timeout=5.0)
+                if answer.status_code == 404:
+                    return None
+                if answer.status_code == 200:
+                    return answer.json()["status"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            if attempt < STATUS_TRIES - 1:
+                time.sleep(delay)
+                delay *= 2
+        raise ClusterUnreachable(f"the Ray cluster at {self.settings.ray_dashboard_url} did not answer")
 
     def ping(self) -> dict:
         ok = dashboard_answers(self.settings.ray_dashboard_url)

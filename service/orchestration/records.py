@@ -11,11 +11,24 @@ from typing import Any
 
 from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, create_engine, event, func,
                         select)
+from sqlalchemy import inspect, text
+from sqlalchemy import update as sql_update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 
 SWEEP_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+# The state machines: the states each state may move to. A terminal state moves nowhere: a late or
+# repeated verdict (a driver's, a refresh's) never overwrites one.
+SWEEP_MOVES = {"queued": {"running", "failed", "cancelled"}, "running": {"succeeded", "failed", "cancelled"}}
+TRIAL_MOVES = {"pending": {"running", "reused", "succeeded", "diverged", "failed", "cancelled"},
+               "running": {"running", "succeeded", "diverged", "failed", "cancelled"}}
+TRIAL_TERMINAL = frozenset({"succeeded", "reused", "diverged", "failed", "cancelled"})
+
+
+def _sources(moves: dict[str, set[str]], state: str) -> list[str]:
+    """The states from which ``state`` may be reached."""
+    return [source for source, targets in moves.items() if state in targets]
 
 
 def utcnow() -> dt.datetime:
@@ -39,6 +52,7 @@ class SweepRecord(Base):
     trials_total: Mapped[int] = mapped_column(Integer)
     epochs: Mapped[int] = mapped_column(Integer)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64))  # what the key is bound to
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     error: Mapped[str | None] = mapped_column(Text)
     ray_job_id: Mapped[str | None] = mapped_column(String(100))
@@ -80,19 +94,24 @@ class SweepStore:
     """The storage interface the API and the drivers use; any SQLAlchemy URL."""
 
     def __init__(self, url: str):
-        connect_args = {"timeout": 30} if url.startswith("sqlite") else {}
+        # (a database that does not answer fails a request in seconds, which the API answers with 503)
+        connect_args = {"timeout": 30} if url.startswith("sqlite") else {"connect_timeout": 5}
         self.engine = create_engine(url, connect_args=connect_args, pool_pre_ping=True)
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        Base.metadata.create_all(self.engine)
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+        self._schema_ready = False
 
     def session(self) -> Session:
+        if not self._schema_ready:  # on first use, not at start: a service starts while its database is away
+            Base.metadata.create_all(self.engine)
+            _add_missing_columns(self.engine)
+            self._schema_ready = True
         return self._session()
 
     def ping(self) -> None:
-        with self.engine.connect() as connection:
-            connection.execute(select(1))
+        with self.session() as session:
+            session.execute(select(1))
 
     # -- sweeps --------------------------------------------------------------------------------------
     def create(self, sweep: SweepRecord, trials: list[dict[str, Any]]) -> SweepRecord:
@@ -117,6 +136,10 @@ class SweepStore:
         with self.session() as session:
             return session.scalars(select(SweepRecord).where(SweepRecord.idempotency_key == key)).first()
 
+    def release_idempotency_key(self, sweep_id: str) -> None:
+        """The sweep keeps its history but no longer answers to its key (a retry makes a new sweep)."""
+        self.update(sweep_id, idempotency_key=None)
+
     def page(self, offset: int, limit: int, state: str | None = None) -> tuple[list[SweepRecord], int]:
         """Newest first."""
         query = select(SweepRecord)
@@ -129,6 +152,9 @@ class SweepStore:
             return list(rows), session.scalar(count)
 
     def update(self, sweep_id: str, **fields) -> SweepRecord:
+        """Set fields other than the state (which moves only by :meth:`transition` and :meth:`finish`)."""
+        if "state" in fields:
+            raise ValueError("a sweep's state moves by transition() or finish(), not update()")
         with self.session() as session:
             sweep = session.get(SweepRecord, sweep_id)
             for key, value in fields.items():
@@ -136,26 +162,51 @@ class SweepStore:
             session.commit()
         return self.get(sweep_id)
 
-    def finish(self, sweep_id: str, state: str, error: str | None = None) -> None:
-        """Move a sweep to a terminal state; its trials still pending or running end with it."""
+    def transition(self, sweep_id: str, state: str, **fields) -> bool:
+        """Move the sweep to ``state`` (with ``fields``) if its state machine allows it from where it
+        is, in one conditional UPDATE; False (nothing written) where it does not."""
+        with self.session() as session:
+            moved = session.execute(sql_update(SweepRecord)
+                                    .where(SweepRecord.id == sweep_id, SweepRecord.state.in_(_sources(SWEEP_MOVES, state)))
+                                    .values(state=state, **fields)).rowcount
+            session.commit()
+        return bool(moved)
+
+    def finish(self, sweep_id: str, state: str, error: str | None = None) -> bool:
+        """Move a sweep to a terminal state; its trials still pending or running end with it. A sweep
+        already in a terminal state keeps it (False)."""
+        if not self.transition(sweep_id, state, finished_at=utcnow(), **({"error": error} if error else {})):
+            return False
         trial_state = "cancelled" if state == "cancelled" else "failed"
         with self.session() as session:
-            sweep = session.get(SweepRecord, sweep_id)
-            sweep.state, sweep.finished_at = state, utcnow()
-            if error:
-                sweep.error = error
-            for trial in sweep.trials:
-                if trial.state in ("pending", "running"):
-                    trial.state = trial_state
+            session.execute(sql_update(TrialRecord).where(TrialRecord.sweep_id == sweep_id,
+                                                      TrialRecord.state.in_(("pending", "running")))
+                            .values(state=trial_state))
             session.commit()
+        return True
 
     # -- trials --------------------------------------------------------------------------------------
-    def update_trial(self, sweep_id: str, position: int, **fields) -> None:
+    def update_trial(self, sweep_id: str, position: int, **fields) -> bool:
+        """Update a trial: a new ``state`` only where its state machine allows it, other fields only
+        while it has not ended (or with the state that ends it). False where nothing was written."""
+        allowed = _sources(TRIAL_MOVES, fields["state"]) if "state" in fields else list(TRIAL_MOVES)
         with self.session() as session:
-            trial = session.get(TrialRecord, (sweep_id, position))
-            for key, value in fields.items():
-                setattr(trial, key, value)
+            moved = session.execute(sql_update(TrialRecord)
+                                    .where(TrialRecord.sweep_id == sweep_id, TrialRecord.position == position,
+                                           TrialRecord.state.in_(allowed))
+                                    .values(updated_at=utcnow(), **fields)).rowcount
             session.commit()
+        return bool(moved)
+
+
+def _add_missing_columns(engine) -> None:
+    """Columns added since a database was made (create_all makes tables, never columns)."""
+    known = {column["name"] for column in inspect(engine).get_columns("sweeps")}
+    with engine.begin() as connection:
+        for column in SweepRecord.__table__.columns:
+            if column.name not in known:
+                connection.execute(text(f"ALTER TABLE sweeps ADD COLUMN {column.name} "
+                                        f"{column.type.compile(dialect=engine.dialect)}"))
 
 
 def _sqlite_pragmas(connection, _record):

@@ -1,21 +1,25 @@
 """What the REST routes do: submit, cancel and refresh sweeps (plain functions, no HTTP)."""
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
+import json
 import time
 from typing import Any, Protocol
 
-from search_spaces import SpecError, load_spec
-from service.orchestration.jobs import TERMINAL_JOB_STATES, RayJobs, job_id_for, restart_count
-from service.orchestration.records import TERMINAL_STATES, DuplicateIdempotencyKey, SweepRecord, SweepStore
+from search_spaces import SpecError, SweepSpec, load_catalog_spec, parse_spec_text, spec_from_mapping
+from service.orchestration.jobs import TERMINAL_JOB_STATES, ClusterUnreachable, RayJobs, job_id_for, restart_count
+from service.orchestration.records import TERMINAL_STATES, DuplicateIdempotencyKey, SweepRecord, SweepStore, utcnow
 from service.orchestration.sweeps import new_sweep_id
-from service.runs.store import RunStore
+from service.runs.store import RunStore, RunsUnavailable
 from service.settings import Settings
 
 
 class SweepRequest(Protocol):
     """What a submission asks for (the REST body, service.api.schemas.SweepCreate)."""
 
-    experiment: str
+    experiment: str | None
+    spec: dict | str | None
     quick: bool
     overrides: dict[str, Any]
     name: str | None
@@ -30,43 +34,112 @@ class SubmissionError(Exception):
         self.status, self.detail = status, detail
 
 
-def _spec_errors(exc: SpecError) -> list[dict]:
+def _spec_errors(exc: SpecError, inline: bool) -> list[dict]:
     detail = []
     for error in exc.errors:
         loc = list(error["loc"])
-        where = ["body", "experiment"] if loc[:1] == ["experiment"] else ["body", "overrides", *loc]
+        if loc[:1] in (["experiment"], ["spec"]):
+            where = ["body", *loc[:1]]
+        else:
+            where = ["body", "spec" if inline else "overrides", *loc]
         detail.append({"loc": where, "msg": error["msg"], "type": "value_error"})
     return detail
 
 
+def _unprocessable(loc: list, msg: str) -> SubmissionError:
+    return SubmissionError(422, [{"loc": loc, "msg": msg, "type": "value_error"}])
+
+
+def resolve_spec(body: SweepRequest) -> SweepSpec:
+    """The spec a request asks for: a catalog experiment by name, or a spec body sent inline. Never a
+    path on this machine."""
+    overrides = {**body.overrides, **({"execution.rerun": True} if body.rerun else {})}
+    inline = body.spec is not None
+    try:
+        if inline:
+            raw = parse_spec_text(body.spec) if isinstance(body.spec, str) else body.spec
+            return spec_from_mapping(raw, "spec", body.quick, overrides)
+        return load_catalog_spec(body.experiment, body.quick, overrides)
+    except SpecError as exc:
+        raise SubmissionError(422, _spec_errors(exc, inline)) from None
+
+
+def check_confined(spec: SweepSpec, settings: Settings, inline: bool) -> None:
+    """Every path a spec names stays inside the data roots (ACTSWEEP_DATA_DIR, ACTSWEEP_DATA_ROOTS)."""
+    path = spec.data_options.embeddings
+    if path is not None and not settings.within_data_roots(path):
+        raise _unprocessable(["body", "spec" if inline else "overrides", "data_options", "embeddings"],
+                             "a file inside the data directory (ACTSWEEP_DATA_DIR, or one of ACTSWEEP_DATA_ROOTS)")
+
+
+def check_schedulable(spec: SweepSpec, jobs: RayJobs) -> None:
+    """A trial that no node of the cluster can hold would wait forever: refused now."""
+    try:
+        nodes = jobs.node_resources()
+    except ClusterUnreachable:
+        return  # the submission itself will say the cluster is away
+    for resource, asked, field in (("CPU", spec.execution.cpus_per_trial, "cpus_per_trial"),
+                                   ("GPU", spec.execution.gpus_per_trial, "gpus_per_trial")):
+        largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
+        if asked > largest:
+            raise _unprocessable(["body", "overrides", f"execution.{field}"],
+                                 f"at most {largest:g}: the largest node of the cluster has {largest:g} {resource}")
+
+
+def request_hash(body: SweepRequest) -> str:
+    """What an Idempotency-Key is bound to: the request's content."""
+    content = {"experiment": body.experiment, "spec": body.spec, "quick": body.quick, "overrides": body.overrides,
+               "name": body.name, "rerun": body.rerun}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _replay(store: SweepStore, settings: Settings, key: str, digest: str) -> SweepRecord | None:
+    """The sweep an Idempotency-Key made, if the request is the same and the key still holds: a
+    sweep that failed, or stayed queued past ACTSWEEP_IDEMPOTENCY_QUEUED_S, lets it go."""
+    first = store.by_idempotency_key(key)
+    if first is None:
+        return None
+    if first.request_hash != digest:
+        raise SubmissionError(409, "Idempotency-Key: already used with another request body; use a new key")
+    queued_for = (utcnow() - _utc(first.created_at)).total_seconds()
+    if first.state == "failed" or (first.state == "queued" and queued_for > settings.idempotency_queued_s):
+        store.release_idempotency_key(first.id)
+        return None
+    return first
+
+
+def _utc(moment):
+    return moment.replace(tzinfo=dt.timezone.utc) if moment.tzinfo is None else moment
+
+
 def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: SweepRequest,
                  idempotency_key: str | None = None) -> tuple[SweepRecord, bool]:
-    """Validate, record and start a sweep; returns (record, replayed). A repeated
-    Idempotency-Key returns the first sweep made with it."""
+    """Validate, record and start a sweep; returns (record, replayed). A repeated Idempotency-Key
+    with the same request returns the first sweep made with it; with another request, 409."""
+    digest = request_hash(body)
     if idempotency_key:
-        first = store.by_idempotency_key(idempotency_key)
+        first = _replay(store, settings, idempotency_key, digest)
         if first is not None:
             return first, True
-    try:
-        spec = load_spec(body.experiment, quick=body.quick,
-                         overrides={**body.overrides, **({"execution.rerun": True} if body.rerun else {})})
-    except SpecError as exc:
-        raise SubmissionError(422, _spec_errors(exc)) from None
-    if spec.trial_count > settings.max_trials_per_sweep:
-        raise SubmissionError(422, [{"loc": ["body", "overrides"], "type": "value_error",
-                                     "msg": f"the grid has {spec.trial_count} trials; at most "
-                                            f"{settings.max_trials_per_sweep} per sweep (ACTSWEEP_MAX_TRIALS_PER_SWEEP)"}])
+    spec = resolve_spec(body)
+    if spec.trial_count > settings.max_trials_per_sweep:  # counted from the axes: no grid built yet
+        raise _unprocessable(["body", "spec" if body.spec is not None else "overrides"],
+                             f"the grid has {spec.trial_count} trials; at most {settings.max_trials_per_sweep} per "
+                             f"sweep (ACTSWEEP_MAX_TRIALS_PER_SWEEP)")
+    check_confined(spec, settings, body.spec is not None)
+    check_schedulable(spec, jobs)
     record = SweepRecord(id=new_sweep_id(), name=body.name, experiment=spec.name, quick=body.quick,
                          overrides=body.overrides, spec=spec.model_dump(mode="json"), state="queued",
-                         trials_total=spec.trial_count, epochs=spec.epochs, idempotency_key=idempotency_key)
+                         trials_total=spec.trial_count, epochs=spec.epochs, idempotency_key=idempotency_key,
+                         request_hash=digest)
     try:
         record = store.create(record, [p.as_dict() for p in spec.grid_points()])
     except DuplicateIdempotencyKey:  # a concurrent request with the same key won the race
-        return store.by_idempotency_key(idempotency_key), True
+        return _replay(store, settings, idempotency_key, digest) or store.by_idempotency_key(idempotency_key), True
     try:
         job_id = jobs.submit(record.id)
     except Exception as exc:
-        store.finish(record.id, "failed", error=f"could not start the Ray job: {exc}".splitlines()[0])
+        store.finish(record.id, "failed", error=f"could not start the Ray job: {type(exc).__name__}")
         raise SubmissionError(503, f"the Ray cluster at {settings.ray_dashboard_url} did not take the sweep: "
                                    f"{type(exc).__name__}") from exc
     return store.update(record.id, ray_job_id=job_id), False
@@ -79,7 +152,10 @@ def refresh(store: SweepStore, jobs: RayJobs, record: SweepRecord, settings: Set
     restores its Tune experiments), up to ``settings.driver_restarts`` times; after that it is failed."""
     if record.state in TERMINAL_STATES or not record.ray_job_id:
         return record
-    status = jobs.status(record.ray_job_id)
+    try:
+        status = jobs.status(record.ray_job_id)
+    except ClusterUnreachable:  # a blip in the cluster's reachability is no verdict: ask again next time
+        return record
     if status is not None and status not in TERMINAL_JOB_STATES:
         return record
     record = store.get(record.id)  # the driver may have finished between the two reads
@@ -88,18 +164,28 @@ def refresh(store: SweepStore, jobs: RayJobs, record: SweepRecord, settings: Set
     restarts = restart_count(record.ray_job_id)
     if record.cancel_requested:
         store.finish(record.id, "cancelled")
-    elif record.state == "running" and settings is not None and restarts < settings.driver_restarts:
+    elif record.state in ("queued", "running") and settings is not None and restarts < settings.driver_restarts:
         try:
             return store.update(record.id, ray_job_id=jobs.submit(record.id, restarts + 1))
         except Exception as exc:
-            if jobs.status(job_id_for(record.id, restarts + 1)) is not None:  # a concurrent request restarted it
+            try:
+                restarted = jobs.status(job_id_for(record.id, restarts + 1)) is not None
+            except ClusterUnreachable:
+                return record
+            if restarted:  # a concurrent request restarted it
                 return store.update(record.id, ray_job_id=job_id_for(record.id, restarts + 1))
             store.finish(record.id, "failed", error=f"the sweep's driver died and could not be restarted: {exc}"
                          .splitlines()[0])
     else:
         store.finish(record.id, "failed", error=f"the sweep's driver (Ray job {record.ray_job_id}) ended "
                                                  f"with status {status or 'unknown to the cluster'}")
-    return store.get(record.id)
+    record = store.get(record.id)
+    if record.state == "failed" and settings is not None:  # the driver is gone: its open runs end with the sweep
+        try:
+            RunStore(settings.resolved_tracking_uri).end_open_runs(record.id, "FAILED")
+        except RunsUnavailable:
+            pass  # (the next read of the sweep does not retry: its runs stay as they are until MLflow answers)
+    return record
 
 
 def cancel_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, sweep_id: str,
@@ -115,11 +201,16 @@ def cancel_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, sweep_id:
         except Exception:  # already gone: nothing to stop
             pass
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and jobs.status(record.ray_job_id) not in TERMINAL_JOB_STATES:
+        while time.monotonic() < deadline:
+            try:
+                if jobs.status(record.ray_job_id) in TERMINAL_JOB_STATES | {None}:
+                    break
+            except ClusterUnreachable:
+                break
             time.sleep(0.5)
     if store.get(sweep_id).state not in TERMINAL_STATES:
         store.finish(sweep_id, "cancelled")
-    RunStore(settings.resolved_tracking_uri).kill_open_runs(sweep_id)
+    RunStore(settings.resolved_tracking_uri).end_open_runs(sweep_id, "KILLED")
     return store.get(sweep_id)
 
 

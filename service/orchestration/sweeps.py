@@ -6,6 +6,7 @@ Each phase is one Tune experiment; each grid point one Tune trial, or a fused pa
 """
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -20,11 +21,14 @@ from service.reporting.figures import render_figures
 from service.reporting.results import sweep_results
 from service.runs.cache import Reused, reuse_finished
 from service.runs.logger import MLflowTrialLogger
-from service.runs.store import EXPERIMENT, PHASE, SWEEP_ID, Provenance, RunStore
+from service.runs.store import EXPERIMENT, PHASE, SWEEP_ID, Provenance, RunStore, RunsUnavailable
 from service.settings import Settings
 from workers.data import Splits, load_dataset
 from workers.trainable import run_trial
 from workers.trial import KEY_FIELD, GridPoint, flatten, members, trial_key, tune_config
+
+
+logger = logging.getLogger("actsweep.sweeps")
 
 
 @dataclass
@@ -105,8 +109,10 @@ class _Sweep:
         from the trials that trained them (none with ``execution.rerun``)."""
         spec = self.spec
         identity = {"dataset": spec.dataset, "val_size": spec.val_size, "train_subset": spec.train_subset,
-                    "data_options": spec.data_options.model_dump(), "sizes": data.sizes(), "phase": phase}
-        keyed = [{**p.as_dict(), KEY_FIELD: trial_key(spec.trial_base(), p, identity)} for p in points]
+                    "data_options": spec.data_options.model_dump(), "sizes": data.sizes(), "phase": phase,
+                    "fingerprint": data.fingerprint()}
+        execution = {"mode": spec.execution.mode, "dtype": "fp32"}
+        keyed = [{**p.as_dict(), KEY_FIELD: trial_key(spec.trial_base(), p, identity, execution)} for p in points]
         if spec.execution.rerun:
             return keyed
         to_train, reused = reuse_finished(self.runs, keyed, self.experiment_id, self.parent_run_id,
@@ -204,7 +210,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     """
     sweep_id = sweep_id or new_sweep_id()
     splits = splits or load_splits(spec, settings)  # a missing dataset fails before anything is created
-    runs = RunStore(settings.resolved_tracking_uri)
+    runs = RunStore(settings.resolved_tracking_uri, settings.trial_cache_secret())
     exp_id, parent_run_id = _open_sweep(spec, settings, runs, sweep_id, splits, quick, name, resume_parent_run_id)
     if on_parent_run:
         on_parent_run(exp_id, parent_run_id)
@@ -212,7 +218,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     connect_ray(settings)
     sweep = _Sweep(spec, settings, sweep_id, runs, exp_id, parent_run_id, [], on_reused, resume_parent_run_id is not None)
     sweep.callbacks = [MLflowTrialLogger(runs, exp_id, parent_run_id, sweep.sweep_tags), *callbacks]
-    plan = spec.plan()
+    plan, status = spec.plan(), "KILLED"  # (a cancel, Ctrl-C or SIGTERM stops the sweep between these lines)
     try:
         for search in plan.searches:
             sweep.fit("grid", splits, f"{search.activation}-{search.dropout:g}", search=search)
@@ -223,9 +229,22 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
             table = sweep_results(runs, sweep_id).table
             chosen = [(r.activation, r.dropout, r.lr) for r in table[table["lr_chosen"]].itertuples()]
             sweep.fit("retrain", splits.with_validation_in_training(), "retrain", points=plan.retrain_points(chosen))
-    except BaseException:
-        runs.end_run(parent_run_id, "KILLED")
+        status = "FINISHED" if not sweep.errors else "FAILED"
+        _log_figures(runs, sweep_id, parent_run_id)
+    except Exception:
+        status = "FAILED"
         raise
-    runs.log_figures(parent_run_id, render_figures(sweep_results(runs, sweep_id)))
-    runs.end_run(parent_run_id, "FINISHED" if not sweep.errors else "FAILED")
+    finally:  # whatever happened, every run the sweep opened ends FINISHED, FAILED or KILLED
+        runs.end_open_runs(sweep_id, "KILLED" if status == "KILLED" else "FAILED")
+        runs.end_run(parent_run_id, status)
     return SweepOutcome(sweep_id, parent_run_id, exp_id, sweep.trained, sweep.errors, len(sweep.reused))
+
+
+def _log_figures(runs: RunStore, sweep_id: str, parent_run_id: str) -> None:
+    """The sweep's figures, logged with its parent run; a figure that cannot be drawn is no failed sweep."""
+    try:
+        runs.log_figures(parent_run_id, render_figures(sweep_results(runs, sweep_id)))
+    except RunsUnavailable:
+        raise
+    except Exception as exc:
+        logger.warning("the figures of sweep %s could not be drawn: %s: %s", sweep_id, type(exc).__name__, exc)

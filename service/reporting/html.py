@@ -14,6 +14,7 @@ from markupsafe import Markup
 from service.reporting.aggregate import SweepResults
 from service.reporting.report import (claim_verdicts_table, paper_terms_table, protocol_line, readable_table,
                                       verdicts_table)
+from service.settings import mask_secrets
 
 PAPERS = {"gelu": "Hendrycks & Gimpel, Gaussian Error Linear Units (GELUs)",
           "elu": "Clevert, Unterthiner & Hochreiter, Fast and Accurate Deep Network Learning by ELUs"}
@@ -38,7 +39,7 @@ def _trial_links(results: SweepResults, run_url) -> pd.DataFrame:
     runs = results.runs.sort_values(["phase", "activation", "dropout", "lr", "seed"])
     metric = results.headline_metric if results.headline_metric in runs else "test_error"
     return pd.DataFrame({
-        "run": [f'<a href="{run_url(r)}">{r[:8]}</a>' for r in runs["run_id"]],
+        "run": [f'<a href="{html.escape(run_url(r), quote=True)}">{html.escape(r[:8])}</a>' for r in runs["run_id"]],
         "phase": runs["phase"], "activation": runs["activation"].map(html.escape), "dropout": runs["dropout"],
         "lr": runs["lr"].map(lambda v: f"{v:g}"), "seed": runs["seed"], "status": runs["status"],
         "diverged": runs["diverged"].map(lambda d: "yes" if d else ""),
@@ -48,7 +49,9 @@ def _trial_links(results: SweepResults, run_url) -> pd.DataFrame:
 
 def to_html(results: SweepResults, figures: dict[str, bytes], mlflow_ui_url: str | None = None) -> str:
     """The report as one self-contained HTML page."""
-    ui = (mlflow_ui_url or "http://127.0.0.1:5000").rstrip("/")
+    ui = mask_secrets(mlflow_ui_url or "http://127.0.0.1:5000").rstrip("/")
+    if not ui.startswith(("http://", "https://")):  # a link, never a script (javascript: ...)
+        ui = "http://127.0.0.1:5000"
     experiment_url = f"{ui}/#/experiments/{results.experiment_id}"
 
     def run_url(run_id: str) -> str:

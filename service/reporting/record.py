@@ -33,6 +33,9 @@ class RecordEntry:
     commands: list[str]
     deviations: list[str] = field(default_factory=list)  # how this run differs from the paper's protocol
     notes: list[str] = field(default_factory=list)
+    # where a claim does not reproduce, a stated hypothesis for why, tested on the same exports read
+    # under another spec (YAML beside the manifest): [{name, question, spec}]
+    hypotheses: list[dict] = field(default_factory=list)
 
 
 def read_manifest(path: Path) -> tuple[dict, list[RecordEntry]]:
@@ -58,7 +61,8 @@ def _summary(results) -> tuple[str, str, str]:
                                          f"{format_value(r.metric, r.ci_high)}], {r.n_seeds} seeds")
         for r in rows)
     found = verdicts(rows) + claim_verdicts(results.runs, results.table, results.spec)
-    counts = {v: sum(x.verdict == v for x in found) for v in ("reproduced", "not reproduced", "inconclusive", "diverged")}
+    counts = {v: sum(x.verdict == v for x in found)
+              for v in ("reproduced", "not reproduced", "inconclusive", "diverged")}
     verdict = ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "no ordering to check"
     paper = "; ".join(f"{r.activation}: {format_value(r.metric, r.paper)}" for r in rows if r.paper is not None)
     return ours, verdict, paper or " ".join(results.spec.get("claims", []))
@@ -85,16 +89,55 @@ def build_record(manifest: Path) -> list[Path]:
         wall = sum(s["wall (s)"] or 0 for s in results.sources)
         commits = sorted({(s["code version"] or "?").replace("git ", "")[:10] for s in results.sources})
         ours, verdict, paper = _summary(results)
-        index.append({"experiment": f"[{entry.name}]({entry.name}/report.md)",
+        tested = []
+        for hypothesis in entry.hypotheses:
+            variant = results_from_exports(exports, load_spec(str(root / hypothesis["spec"])))
+            page = folder / "hypotheses" / f"{hypothesis['name']}.md"
+            page.parent.mkdir(exist_ok=True)
+            page.write_text(f"# Hypothesis: {hypothesis['question']}\n\nThe same exports, read under "
+                            f"`{hypothesis['spec']}`.\n\n{render(variant, 'md')}")
+            written.append(page)
+            tested.append((hypothesis["name"], hypothesis["question"], _summary(variant)[1]))
+        (folder / "README.md").write_text(_experiment_page(entry, spec, results, wall, commits, tested))
+        written.append(folder / "README.md")
+        index.append({"experiment": f"[{entry.name}]({entry.name}/README.md)",
                       "paper, section": f"{spec.paper.upper()} {spec.section}", "paper's claim or number": paper,
                       "ours (median [95% interval], seeds)": ours, "verdicts": verdict,
                       "protocol deviations": "; ".join(entry.deviations) or "none",
+                      "hypotheses tested": "<br>".join(f"[{name}]({entry.name}/hypotheses/{name}.md): {verdict}"
+                                                       for name, _, verdict in tested) or "–",
                       "wall time": f"{wall / 3600:.2f} h" if wall >= 3600 else f"{wall / 60:.0f} min",
                       "commit": ", ".join(commits),
                       "command": "<br>".join(f"`{c}`" for c in entry.commands)})
     readme = root / "README.md"
     readme.write_text(_index_page(meta, index))
     return [*written, readme]
+
+
+def _experiment_page(entry: RecordEntry, spec, results, wall: float, commits: list[str],
+                     tested: list[tuple[str, str, str]]) -> str:
+    import pandas as pd
+
+    figures = sorted(p for p in render_figures(results))
+    sources = pd.DataFrame(results.sources).to_markdown(index=False) if results.sources else ""
+    return "\n".join([
+        f"# {entry.name}: {spec.title}", "",
+        f"{spec.paper.upper()} paper, {spec.section}. " + " ".join(spec.claims), "",
+        "## Protocol", "",
+        "Deviations from the paper's protocol: " + ("; ".join(entry.deviations) or "none") + ".", "",
+        *[f"- {note}" for note in entry.notes], "",
+        f"Wall time on this machine, all sweeps: {wall / 3600:.2f} h. Code: {', '.join(commits)}.", "",
+        "## Results", "",
+        "- [report.md](report.md): the report in the paper's terms, with every table "
+        "([report.json](report.json) the same as data)",
+        *[f"- [{name}]({name})" for name in figures],
+        "- [spec.yaml](spec.yaml): the spec the reports read the data under; the data in [data/](data/)", "",
+        *(["## Hypotheses tested", "", *[f"- [{question}](hypotheses/{name}.md): {verdict}"
+                                          for name, question, verdict in tested], ""] if tested else []),
+        "## How to run it again", "",
+        "```bash", *entry.commands, "```", "",
+        "The sweeps, as exported:", "", sources, "",
+    ])
 
 
 def _index_page(meta: dict, rows: list[dict]) -> str:

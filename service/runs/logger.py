@@ -108,6 +108,8 @@ class MLflowTrialLogger(PicklableCallback):
 
     def _end(self, trial, status: str):
         if trial.trial_id in self.run_ids and trial.trial_id not in self.ended:
-            for run_id in self.run_ids[trial.trial_id]:
+            for run_id, cfg in zip(self.run_ids[trial.trial_id], members(trial.config)):
                 self.runs.end_run(run_id, status)
+                if status == "FINISHED" and KEY_FIELD in cfg:  # the trial cache may reuse it: vouch for it
+                    self.runs.sign(run_id, cfg[KEY_FIELD])
             self.ended.add(trial.trial_id)

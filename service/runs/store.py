@@ -9,6 +9,8 @@ Everything else (the trial logger, the cache, exports, reports, the API) goes th
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -19,8 +21,11 @@ from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
+import requests
 from mlflow.entities import Metric, Param, RunTag, ViewType
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from sqlalchemy.exc import OperationalError
 
 from workers.trial import GridPoint
 
@@ -28,7 +33,7 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar 
 
 # -- tag names ----------------------------------------------------------------------------------------
 SWEEP_ID, EXPERIMENT, ROLE, PHASE, TRIAL_ID = "sweep_id", "experiment", "role", "phase", "trial_id"
-TRIAL_KEY, REUSED_FROM, DIVERGED = "trial_key", "reused_from", "diverged"
+TRIAL_KEY, TRIAL_SIGNATURE, REUSED_FROM, DIVERGED = "trial_key", "trial_signature", "reused_from", "diverged"
 NODE_ID, NODE_IDS, RESUMED_FROM_EPOCH = "node_id", "node_ids", "resumed_from_epoch"
 EXECUTION, PACK_ID, PACK_SIZE = "execution", "pack_id", "pack_size"
 PARENT = "mlflow.parentRunId"
@@ -42,6 +47,43 @@ SAFE_ID = re.compile(r"[A-Za-z0-9_/-]{1,100}")  # ids that go into a filter stri
 
 class SweepNotFound(LookupError):
     pass
+
+
+class RunsUnavailable(RuntimeError):
+    """The MLflow store did not answer (a server down, a database unreachable): not a verdict on any run."""
+
+
+def _unreachable(exc: Exception) -> bool:
+    if isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout, OperationalError)):
+        return True
+    if isinstance(exc, MlflowException):
+        text = str(exc)
+        return exc.error_code == "TEMPORARILY_UNAVAILABLE" or any(
+            sign in text for sign in ("Max retries exceeded", "Connection refused", "ConnectionError", "timed out",
+                                      "unable to open database", "could not connect"))
+    return False
+
+
+class _Guarded:
+    """An MlflowClient whose failures to reach the store raise :class:`RunsUnavailable`."""
+
+    def __init__(self, client: MlflowClient):
+        self._client = client
+
+    def __getattr__(self, name: str):
+        found = getattr(self._client, name)
+        if not callable(found):
+            return found
+
+        def call(*args, **kwargs):
+            try:
+                return found(*args, **kwargs)
+            except Exception as exc:
+                if _unreachable(exc):
+                    raise RunsUnavailable(f"the MLflow store did not answer ({type(exc).__name__})") from exc
+                raise
+
+        return call
 
 
 @dataclass(frozen=True)
@@ -91,20 +133,22 @@ def _quoted(value: str) -> str:
 
 
 class RunStore:
-    """Sweeps and trial runs in the MLflow store at ``tracking_uri``."""
+    """Sweeps and trial runs in the MLflow store at ``tracking_uri``. With ``cache_secret``, the
+    trial cache signs the finished runs it may reuse and reuses no other (see :meth:`sign`)."""
 
-    def __init__(self, tracking_uri: str):
+    def __init__(self, tracking_uri: str, cache_secret: bytes | None = None):
         self.tracking_uri = tracking_uri
+        self.cache_secret = cache_secret
 
     def __getstate__(self):  # Tune pickles callbacks that hold a store; the client is made again
-        return {"tracking_uri": self.tracking_uri}
+        return {"tracking_uri": self.tracking_uri, "cache_secret": self.cache_secret}
 
     def __setstate__(self, state):
-        self.tracking_uri = state["tracking_uri"]
+        self.tracking_uri, self.cache_secret = state["tracking_uri"], state.get("cache_secret")
 
     @cached_property
     def client(self) -> MlflowClient:
-        return MlflowClient(self.tracking_uri)
+        return _Guarded(MlflowClient(self.tracking_uri))
 
     @property
     def is_server(self) -> bool:
@@ -163,10 +207,12 @@ class RunStore:
         """FINISHED, FAILED or KILLED."""
         self.client.set_terminated(run_id, status)
 
-    def kill_open_runs(self, sweep_id: str) -> None:
-        """Every run of the sweep still RUNNING ends KILLED (what it logged stays)."""
-        for run in self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and attributes.status = 'RUNNING'"):
-            self.end_run(run.info.run_id, "KILLED")
+    def end_open_runs(self, sweep_id: str, status: str = "KILLED") -> int:
+        """Every run of the sweep still RUNNING ends with ``status`` (what it logged stays); how many."""
+        found = self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and attributes.status = 'RUNNING'")
+        for run in found:
+            self.end_run(run.info.run_id, status)
+        return len(found)
 
     # -- trial runs -------------------------------------------------------------------------------------
     def create_trial(self, experiment_id: str, parent_run_id: str, tags: dict[str, str], point: GridPoint,
@@ -232,25 +278,40 @@ class RunStore:
         return pd.DataFrame(rows)
 
     # -- the trial cache ------------------------------------------------------------------------------
+    def _signature(self, key: str, run_id: str) -> str:
+        return hmac.new(self.cache_secret, f"{key}:{run_id}".encode(), hashlib.sha256).hexdigest()
+
+    def sign(self, run_id: str, key: str) -> None:
+        """Vouch that actsweep trained (or copied) this run for this key: an HMAC of (key, run id)
+        under the store's secret, which no run written by anyone else can carry."""
+        if self.cache_secret is not None:
+            self.client.set_tag(run_id, TRIAL_SIGNATURE, self._signature(key, run_id))
+
     def finished_with_key(self, key: str, sweep_id: str | None = None):
-        """The most recent finished run with this trial-cache key (in sweep ``sweep_id`` if given),
-        preferring a run that trained over one that was copied; None if there is none."""
+        """The most recent finished run with this trial-cache key and a valid signature (in sweep
+        ``sweep_id`` if given), preferring a run that trained over one that was copied; None if
+        there is none. Without a secret, nothing is ever found."""
+        if self.cache_secret is None:
+            return None
         query = f"tags.{TRIAL_KEY} = {_quoted(key)} and attributes.status = 'FINISHED'"
         runs = self._search(query + (f" and tags.{SWEEP_ID} = {_quoted(sweep_id)}" if sweep_id else ""))
+        runs = [r for r in runs if hmac.compare_digest(r.data.tags.get(TRIAL_SIGNATURE, ""),
+                                                       self._signature(key, r.info.run_id))]
         runs = [r for r in runs if REUSED_FROM not in r.data.tags] or runs
         return max(runs, key=lambda r: r.info.start_time) if runs else None
 
     def copy_run(self, source, experiment_id: str, parent_run_id: str, tags: dict[str, str]) -> str:
         """A new run in a sweep with the source run's params, tags and every metric's full history."""
         run = self.client.create_run(experiment_id, run_name=source.info.run_name, tags={
-            **{k: v for k, v in source.data.tags.items() if not k.startswith("mlflow.")}, **tags,
-            PARENT: parent_run_id, REUSED_FROM: source.info.run_id})
+            **{k: v for k, v in source.data.tags.items() if not k.startswith("mlflow.") and k != TRIAL_SIGNATURE},
+            **tags, PARENT: parent_run_id, REUSED_FROM: source.info.run_id})
         history = [m for key in source.data.metrics for m in self.client.get_metric_history(source.info.run_id, key)]
         for i in range(0, max(len(history), 1), METRIC_BATCH):
             self.client.log_batch(run.info.run_id, metrics=[Metric(m.key, m.value, m.timestamp, m.step)
                                                             for m in history[i:i + METRIC_BATCH]],
                                   params=[Param(k, v) for k, v in source.data.params.items()] if i == 0 else [])
         self.end_run(run.info.run_id, "FINISHED")
+        self.sign(run.info.run_id, source.data.tags[TRIAL_KEY])
         return run.info.run_id
 
     # -- figures ----------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """What every dataset loader returns: in-memory train / validation / test arrays."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -39,6 +40,19 @@ class Splits:
         validation set too, so its metrics are no longer held out)."""
         return replace(self, train_x=np.concatenate([self.train_x, self.val_x]),
                        train_y=np.concatenate([self.train_y, self.val_y]))
+
+    def fingerprint(self) -> str:
+        """A hash of what the data holds (the first rows of each split, their shapes and types), so
+        that the same dataset from another source or scaled otherwise (k/255 against k/256) is
+        another dataset to the trial cache."""
+        digest = hashlib.sha256(self.name.encode())
+        for array in (self.train_x, self.train_y, self.val_x, self.val_y, self.test_x, self.test_y):
+            if hasattr(array, "paths"):  # images read from files (workers.data.imagenet)
+                digest.update("\n".join(array.paths[:256]).encode())
+                continue
+            head = np.ascontiguousarray(array[:256])
+            digest.update(f"{array.shape}{array.dtype}".encode() + head.tobytes())
+        return digest.hexdigest()[:16]
 
     def sizes(self) -> dict[str, int]:
         return {"train": len(self.train_y), "val": len(self.val_y), "test": len(self.test_y)}

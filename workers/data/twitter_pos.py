@@ -78,6 +78,8 @@ def load_twitter_pos(data_dir: Path, download: bool, val_size: int, train_subset
     (train_x, train_y), (val_x, val_y), (test_x, test_y) = (windows(tweets[s], index) for s in ("train", "val", "test"))
     embeddings = None
     if options.get("embeddings"):
-        embeddings = read_word2vec_text(Path(options["embeddings"]), vocab, options.get("embedding_dim", 50))
+        path = Path(options["embeddings"]).expanduser()  # relative: to the data directory
+        embeddings = read_word2vec_text(path if path.is_absolute() else data_dir / path, vocab,
+                                        options.get("embedding_dim", 50))
     return Splits("twitter_pos", str(folder), train_x, train_y, val_x, val_y, test_x, test_y,
                   n_classes=len(TAGS), vocab=vocab, embeddings=embeddings)

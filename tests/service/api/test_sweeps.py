@@ -198,7 +198,7 @@ def test_bearer_token_when_configured(ray_head, tmp_path):
     ({"experiment": "mnist_classification", "overrides": {"epoch": 3}}, ["body", "overrides", "epoch"], "accepted:"),
     ({"experiment": "mnist_classification", "overrides": {"seeds": 1000}}, ["body", "overrides"], "at most 2000"),
     ({"experiment": "mnist_classification", "quick": [1]}, ["body", "quick"], "boolean"),
-    ({}, ["body", "experiment"], "Field required"),
+    ({}, ["body"], "give either `experiment`"),
 ])
 def test_bad_fields_are_422_naming_the_field(server, body, loc, message):
     with server.client() as client:

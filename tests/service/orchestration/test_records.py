@@ -61,3 +61,48 @@ def test_pages_are_newest_first_and_filter_by_state(store):
     failed, n_failed = store.page(0, 10, state="failed")
     assert ids[0] in [r.id for r in failed] and all(r.state == "failed" for r in failed) and n_failed >= 1
     assert store.get(ids[0]).error == "boom"
+
+
+def test_states_move_only_as_their_state_machine_allows(store):
+    record = store.create(_record(), POINTS)
+    assert not store.transition(record.id, "succeeded")  # queued → succeeded skips running
+    assert store.transition(record.id, "running") and store.get(record.id).state == "running"
+    assert store.finish(record.id, "succeeded")
+    # a late verdict (a refresh that lost sight of the driver, a second finish) changes nothing
+    assert not store.finish(record.id, "failed", error="driver lost")
+    assert not store.transition(record.id, "running")
+    again = store.get(record.id)
+    assert again.state == "succeeded" and again.error is None
+    with pytest.raises(ValueError, match="transition"):
+        store.update(record.id, state="queued")
+
+
+def test_a_trial_that_ended_keeps_its_state_and_last_metrics(store):
+    record = store.create(_record(), POINTS)
+    assert store.update_trial(record.id, 0, state="running", epoch=1)
+    assert store.update_trial(record.id, 0, state="succeeded", epoch=3, metrics={"test_error": 0.1})
+    assert not store.update_trial(record.id, 0, state="failed")
+    assert not store.update_trial(record.id, 0, epoch=9, metrics={"test_error": 0.9})  # a late report
+    assert store.update_trial(record.id, 1, state="running")  # pending → running
+    trial = store.get(record.id).trials[0]
+    assert (trial.state, trial.epoch, trial.metrics) == ("succeeded", 3, {"test_error": 0.1})
+
+
+def test_a_database_from_before_gets_the_new_columns(tmp_path):
+    import sqlalchemy
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:  # the sweeps table as it was, without request_hash
+        connection.execute(sqlalchemy.text(
+            "CREATE TABLE sweeps (id VARCHAR(32) PRIMARY KEY, name VARCHAR(200), experiment VARCHAR(100), "
+            "quick BOOLEAN, overrides JSON, spec JSON, state VARCHAR(16), trials_total INTEGER, epochs INTEGER, "
+            "idempotency_key VARCHAR(200) UNIQUE, cancel_requested BOOLEAN, error TEXT, ray_job_id VARCHAR(100), "
+            "mlflow_experiment_id VARCHAR(64), mlflow_parent_run_id VARCHAR(64), created_at DATETIME, "
+            "started_at DATETIME, finished_at DATETIME)"))
+        connection.execute(sqlalchemy.text("INSERT INTO sweeps (id, experiment, state, trials_total, epochs, spec, "
+                                           "overrides, quick, cancel_requested) VALUES ('old1', 'x', 'succeeded', 1, "
+                                           "1, '{}', '{}', 0, 0)"))
+    store = SweepStore(url)
+    assert store.get("old1").state == "succeeded" and store.get("old1").request_hash is None
+    assert store.create(_record("k"), POINTS).request_hash is None

