@@ -1,6 +1,8 @@
 """Finding, overriding and validating specs."""
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +43,23 @@ def spec_path(name_or_path: str) -> Path:
     return path
 
 
+_top_level_commas = re.compile(r",(?![^()]*\))")  # a comma not inside (...)
+
+
 def parse_set_options(options: list[str]) -> dict[str, Any]:
     """``["epochs=3", "lr=0.001,0.0001"]`` → ``{"epochs": 3, "lr": [0.001, 0.0001]}``.
 
-    Values are read as YAML scalars; a comma list becomes a list (it replaces a grid axis).
+    Values are read as YAML scalars; a comma list becomes a list (it replaces a grid axis). Commas
+    inside parentheses stay: ``activation=relu,gelu(sigma=0.5, mu=0)`` is two activations.
     """
     overrides: dict[str, Any] = {}
     for option in options:
         name, sep, text = option.partition("=")
         if not sep or not name:
             raise SpecError(f"--set: expected NAME=VALUE (got {option!r})")
-        parts = [yaml.safe_load(part) for part in text.split(",")]
-        overrides[name.strip()] = parts if "," in text else parts[0]
+        pieces = _top_level_commas.split(text)
+        parts = [yaml.safe_load(part) for part in pieces]
+        overrides[name.strip()] = parts if len(pieces) > 1 else parts[0]
     return overrides
 
 

@@ -14,10 +14,13 @@ from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, NonNegativeFlo
                       ValidationInfo, field_validator, model_validator)
 
 from search_spaces.plan import LrSearch, Plan
-from workers.registry import ACTIVATIONS, DATASETS, FUSABLE_MODELS, MODELS, OWN_VALIDATION
+from workers.activation_defs import ActivationError, expand_entry, parse_name
+from workers.registry import DATASETS, FUSABLE_MODELS, MODELS, OWN_VALIDATION
 from workers.trial import GridPoint
 
-ActivationName = Literal[ACTIVATIONS.names()]  # type: ignore[valid-type]
+# a canonical activation name (workers.activation_defs): relu, gelu(sigma=0.5), an expression's name;
+# SweepSpec._canonical_activations writes every way of naming one in a spec as this
+ActivationName = Annotated[str, Field(min_length=1, max_length=300)]
 DatasetName = Literal[DATASETS.names()]  # type: ignore[valid-type]
 
 
@@ -210,6 +213,14 @@ class RankingClaim(StrictModel):
     at_every_lr: bool = False  # a pair at every lr of the grid (one panel per lr), not at the lr chosen on validation
 
 
+class _BadActivation(list):
+    """An activation axis that did not parse (its entries, and why), for the field's own error."""
+
+    def __init__(self, message: str, entries):
+        super().__init__(entries if isinstance(entries, list) else [entries])
+        self.message = message.removeprefix("activation: ")
+
+
 class SweepSpec(StrictModel):
     """One experiment: data, model, training settings, the grid, and the protocol."""
 
@@ -243,8 +254,12 @@ class SweepSpec(StrictModel):
     epochs: int = Field(ge=1, le=10_000)
     batch_size: int = Field(ge=1, le=1_000_000)
 
-    # the grid: activation × lr × dropout × seed
+    # the grid: activation × lr × dropout × seed. An entry is a name (relu, "gelu(sigma=0.5)"), a
+    # family with parameters, any of them a list that is itself a grid axis ({name: gelu, sigma:
+    # [0.1, 1]}), learnable ones ({name: silu, learnable: beta}), or an expression ({expr: "x *
+    # sigmoid(1.702 * x)", name: gelu_sigmoid}); each is kept as its canonical name
     activation: list[ActivationName] = Field(min_length=1, max_length=64)
+    expressions: dict[ActivationName, Annotated[str, Field(max_length=1000)]] = {}  # name → normal form (filled from the entries)
     lr: list[PositiveFloat] = Field(min_length=1, max_length=1000)
     dropout: list[float] = Field(default=[0.0], min_length=1, max_length=100)
     # per-activation replacement of the dropout axis, e.g. {soi: [0.0]}: SOI runs without dropout
@@ -261,6 +276,52 @@ class SweepSpec(StrictModel):
     ranking_claims: Annotated[list[RankingClaim], Field(max_length=100)] = []  # the orderings among them that the report checks
     paper_numbers: Annotated[list[PaperNumber], Field(max_length=100)] = []
     execution: Execution = Execution()
+
+    @field_validator("activation", mode="before")
+    @classmethod
+    def _activation_entries(cls, value):
+        if isinstance(value, _BadActivation):
+            raise ValueError(value.message)
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _canonical_activations(cls, raw):
+        """Every activation entry as canonical names (workers.activation_defs), wherever the spec
+        names one: the axis, dropout_for, slice, claims and paper numbers."""
+        if not isinstance(raw, dict) or "activation" not in raw:
+            return raw
+        raw, expressions = dict(raw), {}
+        try:
+            for name, text in (raw.get("expressions") or {}).items():
+                expand_entry({"expr": text, "name": name}, expressions)
+            entries = raw["activation"] if isinstance(raw["activation"], list) else [raw["activation"]]
+            if len(entries) > 64:
+                raise ActivationError(f"activation: at most 64 entries (got {len(entries)})")
+            names = [d.canonical for entry in entries for d in expand_entry(entry, expressions)]
+        except ActivationError as exc:  # reported by _activation_entries, at the field
+            raw["activation"] = _BadActivation(str(exc), raw["activation"])
+            return raw
+
+        def canonical(name):
+            try:
+                return parse_name(name, expressions).canonical if isinstance(name, str) else name
+            except ActivationError:
+                return name  # left for the checks below to name
+
+        raw.update(activation=names, expressions=expressions)
+        if isinstance(raw.get("dropout_for"), dict):
+            raw["dropout_for"] = {canonical(k): v for k, v in raw["dropout_for"].items()}
+        if isinstance(raw.get("slice"), dict) and isinstance(raw["slice"].get("activation"), list):
+            raw["slice"] = {**raw["slice"], "activation": [canonical(a) for a in raw["slice"]["activation"]]}
+        for block, key in (("ranking_claims", "best"), ("paper_numbers", "activation")):
+            if isinstance(raw.get(block), list):
+                raw[block] = [{**c, key: canonical(c[key])} if isinstance(c, dict) and key in c else c for c in raw[block]]
+        return raw
+
+    def activation_def(self, name: str):
+        """The :class:`~workers.activation_defs.ActivationDef` of one of the grid's activations."""
+        return parse_name(name, self.expressions)
 
     @field_validator("execution")
     @classmethod
@@ -403,6 +464,7 @@ class SweepSpec(StrictModel):
         """The settings every trial of the sweep shares (the grid point is added per trial)."""
         return {
             "experiment": self.name, "dataset": self.dataset, "task": self.task, "model": self.model.model_dump(),
+            "expressions": dict(self.expressions),
             "optimizer": self.optimizer, "momentum": self.momentum, "nesterov": self.nesterov,
             "weight_decay": self.weight_decay, "schedule": self.schedule.model_dump(),
             "augment": self.augment.model_dump(), "eval_noise": list(self.eval_noise),

@@ -15,9 +15,10 @@ from service.reporting.results import sweep_results
 from service.runs.exports import ExportError
 from service.runs.store import RunStore, SweepNotFound
 from service.settings import get_settings
+from workers.activation_defs import ActivationError, parse_name
 from workers.data import DatasetNotFound
 
-USER_ERRORS = (SpecError, DatasetNotFound, SweepNotFound, ExportError)
+USER_ERRORS = (SpecError, DatasetNotFound, SweepNotFound, ExportError, ActivationError)
 
 
 def cmd_experiments(args) -> int:
@@ -35,6 +36,45 @@ def cmd_experiments(args) -> int:
     return 0
 
 
+def cmd_activations(args) -> int:
+    from workers.activation_defs import FAMILIES, expand_entry, plugin_families
+
+    if args.plot:
+        from service.reporting.figures import activation_figure
+        from workers.activations import probe
+
+        expressions: dict[str, str] = {}
+        names = [d.canonical for entry in args.plot for d in expand_entry(_activation_entry(entry), expressions)]
+        for name in names:
+            probe(parse_name(name, expressions))
+        Path(args.out).write_bytes(activation_figure(names, expressions))
+        print(f"wrote {args.out}: f and f′ of {', '.join(names)} on [-4, 4]")
+        return 0
+    rows = [{"name": name, "kind": kind, "parameters": dict(family.params), "learnable": list(family.learnable),
+             "per_unit": family.per_unit and bool(family.learnable), "stochastic": family.stochastic, "about": family.doc}
+            for kind, table in (("built-in", FAMILIES), ("plugin", plugin_families())) for name, family in table.items()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table("name", "kind", "parameters (defaults)", "learnable", "about")
+    for row in rows:
+        learnable = ", ".join(row["learnable"]) + (" (per unit)" if row["per_unit"] else "")
+        table.add_row(row["name"], row["kind"], ", ".join(f"{k}={v:g}" for k, v in row["parameters"].items()),
+                      learnable, row["about"])
+    Console().print(table)
+    print("Also: an expression, {expr: \"x * sigmoid(1.702 * x)\", name: gelu_sigmoid}, of x, numbers, + - * / **, "
+          "comparisons and sigmoid tanh erf exp log1p softplus abs relu Phi where.")
+    return 0
+
+
+def _activation_entry(text: str):
+    """``gelu(sigma=0.5)`` as it is, ``name=expression`` as an expression entry."""
+    name, eq, expression = text.partition("=")
+    if eq and "(" not in name:
+        return {"name": name.strip(), "expr": expression}
+    return text
+
+
 def cmd_run(args) -> int:
     settings = get_settings()
     overrides = parse_set_options(args.set or [])
@@ -43,6 +83,10 @@ def cmd_run(args) -> int:
     if args.rerun:
         overrides["execution.rerun"] = True
     spec = load_spec(args.experiment, quick=args.quick, overrides=overrides)
+    from workers.activations import probe
+
+    for name in spec.activation:  # f and f′ finite on a probe tensor, or a clear error now
+        probe(spec.activation_def(name))
     # Imported once the spec is valid: Ray and Tune take seconds to import.
     from service.orchestration.progress import LiveProgress
     from service.orchestration.sweeps import connect_ray, load_splits, new_sweep_id, run_sweep
@@ -163,6 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
     experiments = commands.add_parser("experiments", help="list the experiment catalog")
     experiments.add_argument("--json", action="store_true", help="print the catalog as JSON")
     experiments.set_defaults(handler=cmd_experiments)
+
+    activations = commands.add_parser("activations", help="list the activations (built-ins, plugins), or plot some")
+    activations.add_argument("--plot", nargs="+", metavar="NAME",
+                             help='draw f and f′ on [-4, 4]: names like relu "gelu(sigma=0.5)" swish, or '
+                                  'NAME="EXPRESSION" (mish="x * tanh(softplus(x))")')
+    activations.add_argument("--out", default="activations.png", help="the PNG --plot writes (default: activations.png)")
+    activations.add_argument("--json", action="store_true", help="print the list as JSON")
+    activations.set_defaults(handler=cmd_activations)
 
     run = commands.add_parser("run", help="run a sweep and print its results table")
     run.add_argument("experiment", help="a catalog name (see `actsweep experiments`) or a YAML spec file")

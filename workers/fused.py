@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from workers.activations import Activation, soi_map, uniform
+from workers.activations import Activation, gelu_tanh, lrelu, soi_map, uniform
 from workers.data.splits import Splits
 from workers.models import build_model
-from workers.registry import ACTIVATIONS, FUSABLE_MODELS, STOCHASTIC_ACTIVATIONS
+from workers.registry import FUSABLE_MODELS
 from workers.train import EVAL_BATCH, STATS_EXAMPLES, at_best_val, lr_factor, noise_metric, unit_activation_medians
 from workers.trial import TrialConfig
 
@@ -64,6 +64,12 @@ class StackedNet(nn.Module):
         self.activations, self.dropouts = activations, dropouts
         self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
         self.activated: list[bool] = []  # per Linear: is it followed by an activation (and dropout)?
+        # per activated layer, each learnable activation parameter stacked over members, (P, 1, units
+        # or 1) (key "<param>" per layer, "<param>/unit" per unit); a member without it holds 0 there
+        # and gets no gradient. Each member's functions and fixed parameters come from its reference.
+        self.learned = nn.ModuleList()
+        self.layers: list[list[Activation]] = [[m for m in ref.modules() if isinstance(m, Activation)]
+                                               for ref in references]
         linears = [[m for m in ref.modules() if isinstance(m, nn.Linear)] for ref in references]
         for depth, layer in enumerate(linears[0]):
             # (P, fan_in, fan_out): x @ W.T of each member becomes one baddbmm
@@ -72,27 +78,56 @@ class StackedNet(nn.Module):
             modules = list(references[0].modules())
             following = modules[modules.index(layer) + 1] if modules.index(layer) + 1 < len(modules) else None
             self.activated.append(isinstance(following, Activation))
+        for depth in range(len(self.layers[0])):
+            self.learned.append(self._stack_learned([layers[depth] for layers in self.layers]))
         self.generators: list[torch.Generator] = []  # per member: masks (set by the pack)
+
+    @staticmethod
+    def _stack_learned(layers: list[Activation]) -> nn.ParameterDict:
+        keys = sorted({_learned_key(key, value) for layer in layers for key, value in layer.learned.items()})
+        stacked = nn.ParameterDict()
+        for key in keys:
+            name, _, _ = key.partition("/")
+            values = [layer.learned[name].detach() if name in layer.learned
+                      and _learned_key(name, layer.learned[name]) == key else None for layer in layers]
+            like = next(v for v in values if v is not None)
+            stacked[key.replace("/", "__")] = nn.Parameter(torch.stack(
+                [(v if v is not None else torch.zeros_like(like)).reshape(1, -1) for v in values]))
+        return stacked
 
     def _groups(self, members: list[int]) -> list[tuple[str, int, int]]:
         """Runs of members with one activation, as (name, start, end) slices of the pack."""
         names = [self.activations[m] for m in members]
         return [(names[start], start, end) for start, end in _runs(names)]
 
-    def _activate(self, x: Tensor, members: list[int]) -> Tensor:
+    def _activate(self, x: Tensor, members: list[int], depth: int) -> Tensor:
         groups = self._groups(members)  # one slice per activation when the pack is sorted by it
-        if len(groups) == 1 and groups[0][0] not in STOCHASTIC_ACTIVATIONS:
-            return ACTIVATIONS.get(groups[0][0])(x)
-        if all(name in _INTO for name, _, _ in groups):
+        if all(name in _INTO for name, _, _ in groups):  # the papers' activations at their defaults
+            if len(groups) == 1:
+                return _PLAIN[groups[0][0]](x)
             return _GroupedActivation.apply(x, groups)
-        parts = []  # soi or lalu among several: a slice each, joined (autograd then pays a copy per slice)
+        parts = []  # anything else: a slice each, joined (autograd then pays a copy per slice)
         for name, start, end in groups:
-            if name == "soi":
+            layer = self.layers[members[start]][depth]
+            if layer.definition.stochastic:
                 u = self._uniforms(torch.empty_like(x[start:end]), members[start:end]) if self.training else None
-                parts.append(soi_map(x[start:end], self.training, u=u))
-            else:
-                parts.append(ACTIVATIONS.get(name)(x[start:end]))
+                parts.append(soi_map(x[start:end], self.training, u=u, mu=layer.fixed.get("mu", 0.0),
+                                     sigma=layer.fixed.get("sigma", 1.0)))
+                continue
+            params = dict(layer.fixed)
+            for key, value in layer.learned.items():
+                params[key] = self.learned[depth][_learned_key(key, value).replace("/", "__")][start:end]
+            parts.append(layer.function(x[start:end], **params))
         return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    def learned_values(self, position: int, member: int) -> dict[str, float]:
+        """A member's learned activation parameters (workers.activations.learned_parameters' keys)."""
+        found = {}
+        for depth, layer in enumerate(self.layers[member], start=1):
+            for key, value in layer.learned.items():
+                stacked = self.learned[depth - 1][_learned_key(key, value).replace("/", "__")]
+                found[f"learned_{key}_{depth}"] = stacked[position].detach().float().mean().item()
+        return found
 
     def _uniforms(self, out: Tensor, members: list[int]) -> Tensor:
         """``out`` filled with U[0, 1), slice j from member j's stream."""
@@ -120,15 +155,20 @@ class StackedNet(nn.Module):
         for params in (self.weights, self.biases):
             for i, param in enumerate(params):
                 params[i] = nn.Parameter(param.detach()[index].contiguous())
+        for stacked in self.learned:
+            for key, param in stacked.items():
+                stacked[key] = nn.Parameter(param.detach()[index].contiguous())
 
     def forward(self, x: Tensor, members: list[int], collect: list | None = None) -> Tensor:
         """``x``: (P, B, D) per-member inputs, or (B, D) shared by all members; returns (P, B, out)."""
+        depth = 0  # activated layers so far
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
             if x.dim() == 2:  # shared input (evaluation): every member reads the same rows (a stride-0 batch)
                 x = x.expand(len(weight), *x.shape)
             x = torch.baddbmm(bias, x, weight)
             if self.activated[i]:
-                x = self._activate(x, members)
+                x = self._activate(x, members, depth)
+                depth += 1
                 if collect is not None:
                     collect.append(x)
                 x = self._dropout(x, members)
@@ -150,6 +190,14 @@ _INTO: dict[str, tuple[Callable, Callable]] = {
               lambda g, x, o: _aten.leaky_relu_backward.grad_input(g, x, 0.1, False, grad_input=o)),
     "silu": (lambda x, o: torch._C._nn.silu(x, out=o), lambda g, x, o: _aten.silu_backward.grad_input(g, x, grad_input=o)),
 }
+
+
+_PLAIN: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "relu": F.relu, "elu": F.elu,
+                                                 "lrelu": lrelu, "silu": F.silu}
+
+
+def _learned_key(name: str, value: Tensor) -> str:
+    return f"{name}/unit" if value.dim() else name
 
 
 class _GroupedActivation(torch.autograd.Function):
@@ -218,6 +266,9 @@ class StackedOptimizer:
     @torch.no_grad()
     def step(self) -> None:
         cfg, b1, b2, eps = self.cfg, 0.9, 0.999, 1e-8
+        for param in self.params:  # (a learnable activation parameter no member in the pack uses)
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
         self.step_count += 1
         if cfg.optimizer == "adam":
             # torch's fused Adam kernel (one pass over each tensor), once per run of members with one lr
@@ -297,7 +348,7 @@ class _PackState:
         references, self.masks = [], []
         for cfg in cfgs:  # per member: the reference network under its seed, then its mask stream
             torch.manual_seed(cfg.seed)
-            references.append(build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation, cfg.dropout))
+            references.append(build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation_def, cfg.dropout))
             self.masks.append(_mask_stream(cfg.seed, device))
         self.net = StackedNet(references, [c.activation for c in cfgs], [c.dropout for c in cfgs]).to(device)
         self.net.generators = self.masks
@@ -374,6 +425,7 @@ class _PackState:
             metrics.update(self.best[m])
             if stats is not None:
                 metrics.update(unit_activation_medians([layer[j] for layer in stats]))
+            metrics.update(self.net.learned_values(j, m))
             metrics.update({key: values[j] for key, values in noise.items()})
             metrics["diverged"] = 0
             metrics["epoch_seconds"] = seconds  # the pack's epoch: members share it

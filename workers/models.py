@@ -1,6 +1,7 @@
 """Networks of the experiments, one builder per ``model.kind`` of a spec.
 
-Every network takes the grid point's ``activation`` (one name for all its nonlinearities) and
+Every network takes the grid point's ``activation`` (one ActivationDef, or its name, for all its
+nonlinearities; a per-unit learnable parameter gets one value per unit or channel) and
 ``dropout`` (p, the probability of dropping; what it applies to is said per network).
 """
 from __future__ import annotations
@@ -26,13 +27,13 @@ class MLP(nn.Module):
     linear read-out. GELU paper §3.1: depth 8, width 128, dropout 0 or 0.5 on hidden layers;
     §3.4 (TIMIT): 5 × 2048; ELU paper §4.1: 5 × 256."""
 
-    def __init__(self, in_dim: int, n_classes: int, depth: int, width: int, activation: str,
+    def __init__(self, in_dim: int, n_classes: int, depth: int, width: int, activation,
                  dropout: float = 0.0, init: str = "unit_norm_rows"):
         super().__init__()
         layers: list[nn.Module] = [nn.Flatten()]
         dims = [in_dim] + [width] * depth
         for fan_in, fan_out in zip(dims[:-1], dims[1:]):
-            layers += [nn.Linear(fan_in, fan_out), Activation(activation)]
+            layers += [nn.Linear(fan_in, fan_out), Activation(activation, fan_out)]
             if dropout > 0:
                 layers.append(Dropout(dropout))
         layers.append(nn.Linear(dims[-1], n_classes))
@@ -48,7 +49,7 @@ class Autoencoder(nn.Module):
     every hidden layer but the code layer, which is linear; a linear output, trained with MSE
     (GELU paper §3.2, ELU paper §4.2)."""
 
-    def __init__(self, in_dim: int, hidden: list[int], activation: str, dropout: float = 0.0,
+    def __init__(self, in_dim: int, hidden: list[int], activation, dropout: float = 0.0,
                  init: str = "torch_default"):
         super().__init__()
         dims = [in_dim, *hidden, *reversed(hidden[:-1]), in_dim]
@@ -57,7 +58,7 @@ class Autoencoder(nn.Module):
         for i, (fan_in, fan_out) in enumerate(zip(dims[:-1], dims[1:]), start=1):
             layers.append(nn.Linear(fan_in, fan_out))
             if i not in (code, len(dims) - 1):
-                layers.append(Activation(activation))
+                layers.append(Activation(activation, fan_out))
                 if dropout > 0:
                     layers.append(Dropout(dropout))
         self.net = nn.Sequential(*layers)
@@ -72,7 +73,7 @@ class WindowTagger(nn.Module):
     neighbours, concatenated, then ``depth`` × ``width`` hidden layers with dropout, then tags."""
 
     def __init__(self, vocab_size: int, window: int, n_tags: int, embedding_dim: int, depth: int, width: int,
-                 activation: str, dropout: float, init: str = "torch_default"):
+                 activation, dropout: float, init: str = "torch_default"):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embedding_dim)
         self.mlp = MLP(window * embedding_dim, n_tags, depth, width, activation, dropout, init)
@@ -81,11 +82,11 @@ class WindowTagger(nn.Module):
         return self.mlp(self.embedding(tokens).flatten(1))
 
 
-def _conv(c_in: int, c_out: int, kernel: int, activation: str, batch_norm: bool, padding: str | int = "same"):
+def _conv(c_in: int, c_out: int, kernel: int, activation, batch_norm: bool, padding: str | int = "same"):
     layers: list[nn.Module] = [nn.Conv2d(c_in, c_out, kernel, padding=padding, bias=not batch_norm)]
     if batch_norm:
         layers.append(nn.BatchNorm2d(c_out))
-    layers.append(Activation(activation))
+    layers.append(Activation(activation, c_out))
     return layers
 
 
@@ -105,7 +106,7 @@ class ShallowCIFARNet(nn.Module):
     dropout, 3×3 conv 192 (valid), 2×(1×1 conv 192), global average pool, linear read-out; batch
     norm after every conv; Gaussian input noise. ``dropout`` is the rate after each pool (0.5)."""
 
-    def __init__(self, in_channels: int, n_classes: int, activation: str, dropout: float, width: int = 96,
+    def __init__(self, in_channels: int, n_classes: int, activation, dropout: float, width: int = 96,
                  input_noise: float = 0.15, init: str = "torch_default"):
         super().__init__()
         w1, w2 = width, 2 * width
@@ -131,7 +132,7 @@ class SmallCIFARNet(nn.Module):
     after each, then 512 and 256 fully connected. ``dropout`` p gives the paper's (0.25, 0.25, 0.5)
     at p = 0.5: p/2 after each stack, p before the read-out; p = 0 is the no-dropout net."""
 
-    def __init__(self, in_channels: int, n_classes: int, activation: str, dropout: float, image_size: int = 32,
+    def __init__(self, in_channels: int, n_classes: int, activation, dropout: float, image_size: int = 32,
                  init: str = "unit_norm_rows"):
         super().__init__()
         layers: list[nn.Module] = []
@@ -141,8 +142,8 @@ class SmallCIFARNet(nn.Module):
             layers += [nn.MaxPool2d(2), nn.Dropout(dropout / 2)]
             c_in = width
         flat = 64 * (image_size // 4) ** 2
-        layers += [nn.Flatten(), nn.Linear(flat, 512), Activation(activation),
-                   nn.Linear(512, 256), Activation(activation), nn.Dropout(dropout), nn.Linear(256, n_classes)]
+        layers += [nn.Flatten(), nn.Linear(flat, 512), Activation(activation, 512),
+                   nn.Linear(512, 256), Activation(activation, 256), nn.Dropout(dropout), nn.Linear(256, n_classes)]
         self.net = nn.Sequential(*layers)
         _init(self.net, init)
 
@@ -162,7 +163,7 @@ class StackedConvNet(nn.Module):
     (ImageNet) a spatial pyramid pooling of ``spp_levels`` follows the convolutions, then fully
     connected layers (activation, dropout ``fc_dropout``) and a linear read-out."""
 
-    def __init__(self, in_channels: int, n_classes: int, activation: str, stacks: list, stack_dropout: list[float],
+    def __init__(self, in_channels: int, n_classes: int, activation, stacks: list, stack_dropout: list[float],
                  width_scale: float = 1.0, init: str = "he", first_stride: int = 1, spp_levels: list[int] = (),
                  fc: list[int] = (), fc_dropout: float = 0.0):
         super().__init__()
@@ -180,7 +181,7 @@ class StackedConvNet(nn.Module):
                     layers.append(nn.Conv2d(c_in, c_out, kernel, stride=stride,
                                             padding="same" if stride == 1 else kernel // 2))
                     if not readout:
-                        layers.append(Activation(activation))
+                        layers.append(Activation(activation, c_out))
                         self.dropouts[-1].append(Dropout(0.0))
                         layers.append(self.dropouts[-1][-1])
                     c_in, first = c_out, False
@@ -189,7 +190,7 @@ class StackedConvNet(nn.Module):
             layers.append(SpatialPyramidPool(spp_levels or [1]))
             widths = [c_in * sum(level * level for level in (spp_levels or [1])), *fc]
             for fan_in, fan_out in zip(widths[:-1], widths[1:]):
-                layers += [nn.Linear(fan_in, fan_out), Activation(activation), Dropout(fc_dropout)]
+                layers += [nn.Linear(fan_in, fan_out), Activation(activation, fan_out), Dropout(fc_dropout)]
             layers.append(nn.Linear(widths[-1], n_classes))
         else:
             layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
@@ -225,11 +226,11 @@ class WideBlock(nn.Module):
     """GELU paper §3.5: Conv-Act-Conv-Act-BatchNorm, dropout between the convolutions, plus the
     shortcut (a 1×1 convolution where the shape changes)."""
 
-    def __init__(self, c_in: int, c_out: int, stride: int, activation: str, dropout: float):
+    def __init__(self, c_in: int, c_out: int, stride: int, activation, dropout: float):
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), Activation(activation),
-            nn.Dropout(dropout), nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), Activation(activation),
+            nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), Activation(activation, c_out),
+            nn.Dropout(dropout), nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), Activation(activation, c_out),
             nn.BatchNorm2d(c_out))
         self.shortcut = (nn.Identity() if c_in == c_out and stride == 1
                          else nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False))
@@ -241,7 +242,7 @@ class WideBlock(nn.Module):
 class WideResNet(nn.Module):
     """WRN-depth-k (Zagoruyko & Komodakis) with the GELU paper's blocks; WRN-40-4 for CIFAR-100."""
 
-    def __init__(self, in_channels: int, n_classes: int, activation: str, dropout: float, depth: int = 40,
+    def __init__(self, in_channels: int, n_classes: int, activation, dropout: float, depth: int = 40,
                  widen_factor: int = 4, init: str = "he"):
         super().__init__()
         if (depth - 4) % 6:
@@ -254,7 +255,7 @@ class WideResNet(nn.Module):
             for b in range(n):
                 layers.append(WideBlock(c_in, width, 2 if group > 0 and b == 0 else 1, activation, dropout))
                 c_in = width
-        layers += [nn.BatchNorm2d(c_in), Activation(activation), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        layers += [nn.BatchNorm2d(c_in), Activation(activation, c_in), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                    nn.Linear(c_in, n_classes)]
         self.net = nn.Sequential(*layers)
         _init(self.net, init)
@@ -271,44 +272,44 @@ def _in_dim(in_shape: tuple[int, ...]) -> int:
     return math.prod(in_shape)
 
 
-def build_mlp(model: dict, in_shape, n_out: int, activation: str, dropout: float, vocab_size: int = 0) -> nn.Module:
+def build_mlp(model: dict, in_shape, n_out: int, activation, dropout: float, vocab_size: int = 0) -> nn.Module:
     return MLP(_in_dim(in_shape), n_out, model["depth"], model["width"], activation, dropout, model["init"])
 
 
-def build_autoencoder(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+def build_autoencoder(model: dict, in_shape, n_out: int, activation, dropout: float,
                       vocab_size: int = 0) -> nn.Module:
     return Autoencoder(_in_dim(in_shape), model["hidden"], activation, dropout, model["init"])
 
 
-def build_window_tagger(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+def build_window_tagger(model: dict, in_shape, n_out: int, activation, dropout: float,
                         vocab_size: int = 0) -> nn.Module:
     return WindowTagger(vocab_size, in_shape[0], n_out, model["embedding_dim"], model["depth"], model["width"],
                         activation, dropout, model["init"])
 
 
-def build_cifar_shallow(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+def build_cifar_shallow(model: dict, in_shape, n_out: int, activation, dropout: float,
                         vocab_size: int = 0) -> nn.Module:
     return ShallowCIFARNet(in_shape[0], n_out, activation, dropout, model["width"], model["input_noise"], model["init"])
 
 
-def build_cifar_small(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+def build_cifar_small(model: dict, in_shape, n_out: int, activation, dropout: float,
                       vocab_size: int = 0) -> nn.Module:
     return SmallCIFARNet(in_shape[0], n_out, activation, dropout, in_shape[-1], model["init"])
 
 
-def build_stacked_conv(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+def build_stacked_conv(model: dict, in_shape, n_out: int, activation, dropout: float,
                        vocab_size: int = 0) -> nn.Module:
     return StackedConvNet(in_shape[0], n_out, activation, model["stacks"], model["stack_dropout"],
                           model.get("width_scale", 1.0), model["init"], model.get("first_stride", 1),
                           model.get("spp_levels", []), model.get("fc", []), model.get("fc_dropout", 0.0))
 
 
-def build_wide_resnet(model: dict, in_shape, n_out: int, activation: str, dropout: float,
+def build_wide_resnet(model: dict, in_shape, n_out: int, activation, dropout: float,
                       vocab_size: int = 0) -> nn.Module:
     return WideResNet(in_shape[0], n_out, activation, dropout, model["depth"], model["widen_factor"], model["init"])
 
 
-def build_model(model: dict, in_shape: tuple[int, ...], n_out: int, activation: str, dropout: float,
+def build_model(model: dict, in_shape: tuple[int, ...], n_out: int, activation, dropout: float,
                 vocab_size: int = 0) -> nn.Module:
     """The network a spec's ``model`` block describes, for one grid point (its ``kind`` picks the builder)."""
     model = {"init": "torch_default", **model}

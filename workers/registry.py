@@ -1,4 +1,5 @@
-"""What a spec may name: activations, model kinds and datasets, each a name → builder table.
+"""What a spec may name: model kinds and datasets, each a name → builder table (activations, which
+have parameters and expressions too, are workers.activation_defs).
 
 A builder is named ``"module:attribute"`` and imported on first use, so the tables (and the spec
 schema that validates against them) load without torch. Adding a dataset or a model is one file
@@ -37,18 +38,7 @@ class Registry:
         return self._loaded[name]
 
 
-# name → the function computing it (workers.activations); soi is stochastic in training mode
-ACTIVATIONS = Registry("activation", {
-    "gelu": "workers.activations:gelu",
-    "gelu_tanh": "workers.activations:gelu_tanh",
-    "relu": "torch.nn.functional:relu",
-    "elu": "workers.activations:elu",
-    "lrelu": "workers.activations:lrelu",
-    "silu": "torch.nn.functional:silu",
-    "soi": "workers.activations:soi_expectation",
-    "lalu": "workers.activations:lalu",
-})
-STOCHASTIC_ACTIVATIONS = frozenset({"soi"})
+# activations: workers.activation_defs (families with parameters, expressions, plugins)
 
 # model.kind → build(model block, in_shape, n_out, activation, dropout, vocab_size) (workers.models)
 MODELS = Registry("model.kind", {
@@ -65,6 +55,7 @@ FUSABLE_MODELS = ("mlp", "autoencoder")  # kinds a fused pack can stack (workers
 # dataset → load(data_dir, download, val_size, train_subset, options) → Splits (workers.data)
 DATASETS = Registry("dataset", {
     "mnist": "workers.data.mnist:load_mnist",
+    "fashion_mnist": "workers.data.fashion_mnist:load_fashion_mnist",
     "digits": "workers.data.digits:load_digits",
     "cifar10": "workers.data.cifar:load_cifar10",
     "cifar100": "workers.data.cifar:load_cifar100",

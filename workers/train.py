@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from workers.activations import Activation
+from workers.activations import Activation, learned_parameters
 from workers.data.splits import Splits
 from workers.models import build_model
 from workers.trial import TrialConfig
@@ -197,6 +197,7 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
     ``best_val_epoch`` and the validation and test metrics at that epoch (``*_at_best_val``; GELU
     paper §3.4: "test error at the lowest validation error"). With ``activation_stats``:
     ``median_unit_activation`` (over all units) and ``median_unit_activation_<layer>``. With
+    learnable activation parameters: ``learned_<param>_<layer>`` (mean over units). With
     ``eval_noise``, after the last epoch: ``test_error_noise_<a>`` and ``test_loss_noise_<a>``.
     A non-finite training loss ends the trial with ``diverged = 1``.
     """
@@ -206,7 +207,7 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
     tensors = [on_device(a, device) for a in (splits.train_x, splits.train_y, splits.val_x, splits.val_y,
                                               splits.test_x, splits.test_y)]
     train_x, train_y, val_x, val_y, test_x, test_y = tensors
-    model = build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation, cfg.dropout,
+    model = build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation_def, cfg.dropout,
                         vocab_size=len(splits.vocab)).to(device)
     if splits.embeddings is not None and hasattr(model, "embedding"):
         with torch.no_grad():
@@ -263,6 +264,7 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
             best_val = metrics[select_on]
             best = at_best_val(epoch, metrics)
         metrics.update(best)
+        metrics.update(learned_parameters(model))  # learnable activation parameters, per layer
         if cfg.activation_stats:
             metrics.update(median_unit_activations(model, rows(train_x, slice(0, STATS_EXAMPLES))))
         if epoch == cfg.epochs:

@@ -20,6 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from workers.activation_defs import ActivationDef, parse_name
+
 POINT_FIELDS = ("activation", "lr", "dropout", "seed")
 KEY_FIELD = "cache_key"  # a grid point's trial-cache key, beside it in a Tune config
 # fields of a Tune config that place or label a trial without changing what it computes
@@ -96,6 +98,7 @@ class TrialConfig:
     # ELU paper §4.3 fine-tuning: from an iteration on, a stacked convnet's dropout on every layer
     # of a stack (or its last) with rates scaled; see workers.models.StackedConvNet.set_dropout
     fine_tune: tuple = ()
+    expressions: dict = field(default_factory=dict)  # the sweep's expression activations: name → normal form
 
     @classmethod
     def from_config(cls, config: dict) -> "TrialConfig":
@@ -105,6 +108,11 @@ class TrialConfig:
             if name in values:
                 values[name] = tuple(values[name])
         return cls(**values)
+
+    @property
+    def activation_def(self) -> ActivationDef:
+        """The activation as a definition (family and parameters, or expression)."""
+        return parse_name(self.activation, self.expressions)
 
     @property
     def point(self) -> GridPoint:
@@ -178,9 +186,12 @@ def trial_key(settings: dict, point: GridPoint, data: dict, execution: dict | No
     ``trial_base()``; fields that only place or label it are left out), its grid point, the data
     it sees (dataset, source and a fingerprint of its values, split sizes, preprocessing, phase),
     how it runs where that changes its numbers (``execution``: per trial or fused, dtype), and the
-    training code's own hash (:func:`training_code_version`)."""
+    training code's own hash (:func:`training_code_version`). The activation counts as its
+    definition (family, parameters, learnable ones, an expression's normal form), not its label."""
+    expressions = settings.get("expressions") or {}
     identity = {"code": training_code_version(), "execution": execution or {},
-                "settings": {k: v for k, v in settings.items() if k not in NOT_TRAINING},
+                "settings": {k: v for k, v in settings.items() if k not in NOT_TRAINING and k != "expressions"},
+                "activation": parse_name(point.activation, expressions).identity(),
                 "data": data, "point": {"activation": point.activation, "dropout": point.dropout, "lr": point.lr,
                                         "seed": point.seed}}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]

@@ -72,6 +72,20 @@ def check_confined(spec: SweepSpec, settings: Settings, inline: bool) -> None:
                              "a file inside the data directory (ACTSWEEP_DATA_DIR, or one of ACTSWEEP_DATA_ROOTS)")
 
 
+def check_activations(spec: SweepSpec, inline: bool) -> None:
+    """Each activation's f and f′ finite on a probe tensor (workers.activations.probe): a broken
+    expression or plugin is a 422 now, not a failure in every trial."""
+    from workers.activation_defs import ActivationError
+    from workers.activations import probe
+
+    for name in spec.activation:
+        try:
+            probe(spec.activation_def(name))
+        except ActivationError as exc:
+            raise _unprocessable(["body", "spec" if inline else "overrides", "activation"],
+                                 str(exc).removeprefix("activation: ")) from None
+
+
 def check_schedulable(spec: SweepSpec, jobs: RayJobs) -> None:
     """A trial that no node of the cluster can hold would wait forever: refused now."""
     try:
@@ -127,6 +141,7 @@ def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: Swe
                              f"the grid has {spec.trial_count} trials; at most {settings.max_trials_per_sweep} per "
                              f"sweep (ACTSWEEP_MAX_TRIALS_PER_SWEEP)")
     check_confined(spec, settings, body.spec is not None)
+    check_activations(spec, body.spec is not None)
     check_schedulable(spec, jobs)
     record = SweepRecord(id=new_sweep_id(), name=body.name, experiment=spec.name, quick=body.quick,
                          overrides=body.overrides, spec=spec.model_dump(mode="json"), state="queued",

@@ -6,6 +6,7 @@
 - ``curves_per_lr.png`` (networks that reconstruct their input): one panel per lr, training loss
   solid and test loss dashed, per activation (GELU Fig. 4 and 9, ELU Fig. 3);
 - ``robustness.png``: test error and loss against the noise level a of Unif[−a, a] (GELU Fig. 3);
+- ``activations.png``: each activation the sweep compares, f and f′ on [−4, 4] (GELU paper Fig. 1);
 - ``unit_activation.png``: the median over all units of each unit's mean activation per epoch,
   beside the training cross-entropy (ELU Fig. 2); ``unit_activation_layers.png``: the same per layer.
 
@@ -172,6 +173,34 @@ def curve_metrics(results: SweepResults) -> list[str]:
     return list(dict.fromkeys(m for m in wanted if m in results.runs))
 
 
+def activation_figure(names: list[str], expressions: dict[str, str] | None = None, paint: "_Painter | None" = None) -> bytes:
+    """f and f′ of each activation on [−4, 4], like the GELU paper's Fig. 1 (f′ by autograd; a
+    learnable parameter at its initial value; SOI as its expectation)."""
+    import torch
+
+    from workers.activation_defs import parse_name
+    from workers.activations import Activation
+
+    paint = paint or _Painter(names)
+    figure = Figure(figsize=(10, 4))
+    ax_f, ax_df = figure.subplots(1, 2)
+    x = torch.linspace(-4, 4, 801, requires_grad=True)
+    for name in names:
+        layer = Activation(parse_name(name, expressions or {}), units=1).eval()
+        y = layer(x.unsqueeze(1)).squeeze(1)
+        (dy,) = torch.autograd.grad(y.sum(), x)
+        for ax, values in ((ax_f, y), (ax_df, dy)):
+            ax.plot(x.detach().numpy(), values.detach().numpy(), label=name, color=paint.colours.get(name))
+    for ax, label in ((ax_f, "f(x)"), (ax_df, "f′(x)")):
+        ax.set_xlabel("x")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.axhline(0, color="black", linewidth=0.5)
+    ax_f.legend(fontsize=8)
+    figure.suptitle("The activations compared (f and its derivative)", fontsize=11)
+    return _png(figure)
+
+
 def render_figures(results: SweepResults) -> dict[str, bytes]:
     """Every figure that applies to the sweep, as PNG bytes by file name."""
     runs = chosen_runs(results)
@@ -184,6 +213,8 @@ def render_figures(results: SweepResults) -> dict[str, bytes]:
     history = results.histories(runs, list(dict.fromkeys(curve_metrics(results) + layers + units)))
     figures = {f"curves_{metric}.png": curves_figure(paint, history[history["metric"] == metric], metric, title)
                for metric in curve_metrics(results)}
+    figures["activations.png"] = activation_figure(sorted(results.runs["activation"].unique()),
+                                                   results.spec.get("expressions"), paint)
     if results.spec.get("task") == "reconstruct":
         grid = results.runs[(results.runs["phase"] == "grid") & (results.runs["status"] == "FINISHED")
                             & ~results.runs["diverged"].astype(bool)]

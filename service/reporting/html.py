@@ -12,8 +12,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from service.reporting.aggregate import SweepResults
-from service.reporting.report import (claim_verdicts_table, paper_terms_table, protocol_line, readable_table,
-                                      verdicts_table)
+from service.reporting.report import (claim_verdicts_table, learned_parameters_table, paper_terms_table,
+                                      protocol_line, readable_table, verdicts_table)
 from service.settings import mask_secrets
 
 PAPERS = {"gelu": "Hendrycks & Gimpel, Gaussian Error Linear Units (GELUs)",
@@ -76,6 +76,7 @@ def to_html(results: SweepResults, figures: dict[str, bytes], mlflow_ui_url: str
         figures=[(name, base64.b64encode(png).decode()) for name, png in sorted(figures.items())],
         chosen=_table(_escaped(readable[results.table["lr_chosen"]].drop(columns=["chosen"]))) if len(readable) else "",
         retrained=_table(_escaped(readable_table(results.retrained))) if len(results.retrained) else None,
+        learned=_table(_escaped(learned)) if len(learned := learned_parameters_table(results)) else None,
         every=_table(_escaped(readable)), trials=_table(_trial_links(results, run_url)),
         spec_text=yaml.safe_dump(spec, sort_keys=False, allow_unicode=True),
     )

@@ -105,6 +105,36 @@ def paper_terms_markdown(results: SweepResults) -> list[str]:
     return lines
 
 
+LEARNED = "learned_"  # workers.activations.learned_parameters: learned_<param>_<layer>
+
+
+def learned_parameters_table(results: SweepResults) -> pd.DataFrame:
+    """Learnable activation parameters at the end of training, per configuration (median over its
+    finished seeds) and layer: one row per activation, dropout, lr and parameter, layers as columns."""
+    runs = results.runs
+    columns = [c for c in runs.columns if c.startswith(LEARNED)]
+    if not columns:
+        return pd.DataFrame()
+    finished = runs[(runs["status"] == "FINISHED") & ~runs["diverged"].astype(bool)]
+    rows = []
+    for (activation, dropout, lr), group in finished.groupby(["activation", "dropout", "lr"], sort=True):
+        found = {c: group[c].median() for c in columns if group[c].notna().any()}
+        for param in sorted({c[len(LEARNED):].rsplit("_", 1)[0] for c in found}):
+            layers = {f"layer {c.rsplit('_', 1)[1]}": f"{v:.4g}" for c, v in found.items()
+                      if c[len(LEARNED):].rsplit("_", 1)[0] == param}
+            rows.append({"activation": activation, "dropout": dropout, "lr": f"{lr:g}", "parameter": param,
+                         "seeds": len(group), **dict(sorted(layers.items(), key=lambda kv: int(kv[0].split()[1])))})
+    return pd.DataFrame(rows)
+
+
+def learned_parameters_markdown(results: SweepResults) -> list[str]:
+    table = learned_parameters_table(results)
+    if not len(table):
+        return []
+    return ["## Learned activation parameters (final value, median over seeds; mean over units where per unit)", "",
+            table.to_markdown(index=False), ""]
+
+
 def to_markdown(results: SweepResults) -> str:
     readable = readable_table(results.table)
     chosen = readable[results.table["lr_chosen"]].drop(columns=["chosen"])
@@ -119,6 +149,7 @@ def to_markdown(results: SweepResults) -> str:
         "## Chosen learning rate per activation and dropout", "",
         chosen.to_markdown(index=False), "",
         *retrained,
+        *learned_parameters_markdown(results),
         "## Every configuration", "",
         readable.to_markdown(index=False), "",
         f"MLflow: experiment {results.experiment_id}, parent run {results.parent_run_id}.", "",
@@ -135,6 +166,7 @@ def to_json(results: SweepResults) -> dict:
             "results": results.rows(), "retrained": results.rows(results.retrained),
             "reported": _finite([asdict(r) for r in reported]), "verdicts": _finite([asdict(v) for v in verdicts(reported)]),
             "claim_verdicts": _finite([asdict(v) for v in claimed]),
+            "learned_parameters": learned_parameters_table(results).to_dict(orient="records"),
             **({"sources": results.sources} if results.sources else {})}
 
 

@@ -41,12 +41,12 @@ def test_overrides_replace_axes_and_reach_nested_fields():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"activation": ["gelu", "swish"]}, r"activation\[1\]: .*'gelu'.*'soi'"),
+    ({"activation": ["gelu", "mish"]}, r"activation: unknown 'mish'; accepted: relu, gelu, .*soi"),
     ({"lr": -0.1}, r"lr\[0\]: Input should be greater than 0"),
     ({"dropout": 1.0}, r"dropout: .*\[0, 1\)"),
     ({"epochz": 3}, r"epochz: unknown field; accepted: .*epochs"),
     ({"model.depht": 3}, r"model.depht: unknown field; accepted: kind, depth, width, init"),
-    ({"dataset": "svhn"}, r"dataset: Input should be 'mnist', 'digits', 'cifar10'"),
+    ({"dataset": "svhn"}, r"dataset: Input should be 'mnist', 'fashion_mnist', 'digits', 'cifar10'"),
     ({"seeds": 0}, r"seeds"),
 ])
 def test_bad_values_name_the_field_and_what_is_accepted(overrides, message):
@@ -79,6 +79,8 @@ ALL_EXPERIMENTS = {
     "cifar100_wrn", "mnist_soi", "twitter_pos_soi", "timit_soi", "mnist_7layer", "cifar10_small",
     # ELU paper
     "elu_mnist_learning", "elu_mnist_autoencoder", "elu_cifar100_11layer", "elu_cifar_18layer", "elu_imagenet",
+    # researchers' own activations on the papers' protocol
+    "gelu_sigma_bridge", "activation_zoo",
 }
 
 
@@ -88,7 +90,7 @@ def test_catalog_has_every_experiment_of_both_papers():
     for name, row in rows.items():
         spec = load_spec(name)
         assert row["trials"] == spec.trial_count > 0 and row["quick_trials"] <= row["trials"]
-        assert spec.paper in ("gelu", "elu") and spec.section
+        assert spec.paper in ("gelu", "elu", "custom") and spec.section
 
 
 def test_soi_runs_without_dropout_while_the_others_tune_it():
@@ -169,3 +171,18 @@ def test_specs_train_on_all_the_data_where_the_paper_did():
     assert load_spec("cifar10_shallow").protocol.retrain_on_full  # lr chosen on 5k, then retrained on 50k
     with pytest.raises(SpecError, match="val_size 0 trains on all the training data and leaves nothing to choose"):
         load_spec("cifar100_wrn", overrides={"lr": [0.1, 0.05]})
+
+
+def test_activation_entries_become_canonical_names_everywhere_in_a_spec():
+    from search_spaces.catalog import load_catalog_spec, parse_set_options
+
+    overrides = parse_set_options(["activation=relu,gelu(sigma=0.50, mu=0),mish", "slice.activation=gelu(sigma=0.5),relu",
+                                   "expressions.mish=x*tanh(softplus(x))"])
+    spec = load_catalog_spec("mnist_classification", overrides=overrides)
+    assert spec.activation == ["relu", "gelu(sigma=0.5)", "mish"]
+    assert spec.expressions == {"mish": "x * tanh(softplus(x))"}
+    assert {p.activation for p in spec.grid_points()} == {"relu", "gelu(sigma=0.5)"} and spec.trial_count == 60
+    again = type(spec).model_validate(spec.model_dump())  # what a sweep record stores reads back the same
+    assert again.activation == spec.activation and again.expressions == spec.expressions
+    axis = load_catalog_spec("mnist_classification", overrides={"activation": [{"name": "elu", "alpha": [0.5, 1, 2]}]})
+    assert axis.activation == ["elu(alpha=0.5)", "elu", "elu(alpha=2)"]

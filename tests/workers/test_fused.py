@@ -116,3 +116,26 @@ def test_members_must_share_the_architecture(digits):
     base = TrialConfig(activation="gelu", lr=1e-3, dropout=0.0, seed=0, epochs=1, batch_size=64, model=MLP)
     with pytest.raises(ValueError, match="batch_size"):
         next(train_pack([base, replace(base, batch_size=32)], digits))
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_parametrised_expression_and_learnable_members_match_alone(digits, optimizer):
+    """A parametrised family, an expression, a per-layer learnable and a per-unit learnable
+    activation (and a plain one) in one pack: each member as alone, its learned values too."""
+    expressions = {"mish": "x * tanh(softplus(x))"}
+    base = TrialConfig(activation="relu", lr=1e-3 if optimizer == "adam" else 0.05, dropout=0.0, seed=0, epochs=3,
+                       batch_size=64, model=MLP, optimizer=optimizer, momentum=0.9 if optimizer == "sgd" else 0.0,
+                       weight_decay=1e-4, expressions=expressions)
+    cfgs = [replace(base, activation=a, seed=s, dropout=d) for a, s, d in [
+        ("gelu(sigma=0.5)", 1, 0.0), ("mish", 2, 0.2), ("swish", 3, 0.0), ("prelu", 4, 0.5), ("relu", 5, 0.0),
+        ("silu(beta=1.5, learnable=beta, per_unit=true)", 6, 0.0)]]
+    for cfg, history in zip(cfgs, _members(cfgs, digits)):
+        alone = _alone(cfg, digits)
+        _assert_same(history, alone, cfg.activation)
+        learned = sorted(k for k in alone[-1] if k.startswith("learned_"))
+        assert learned == sorted(k for k in history[-1] if k.startswith("learned_"))
+        assert bool(learned) == (cfg.activation in ("swish", "prelu") or "learnable" in cfg.activation)
+        for key in learned:
+            assert history[-1][key] == pytest.approx(alone[-1][key], rel=1e-4, abs=1e-6), f"{cfg.activation} {key}"
+            initial = {"swish": 1.0, "prelu": 0.25}.get(cfg.activation, 1.5)
+            assert history[-1][key] != pytest.approx(initial, abs=1e-6), f"{cfg.activation} {key} never trained"

@@ -188,11 +188,36 @@ def test_bearer_token_when_configured(ray_head, tmp_path):
     assert "s3cret-token" not in Path(log).read_text()
 
 
+def test_an_expression_activation_runs_end_to_end_under_its_canonical_name(server):
+    """An expression, a parametrised family and a learnable one, fused, over HTTP."""
+    activations = [{"expr": "x * sigmoid(1.702 * x)", "name": "gelu_sigmoid"}, {"name": "gelu", "sigma": 0.5}, "swish"]
+    overrides = {**TINY, "activation": activations, "seeds": 1, "execution.mode": "fused", "execution.rerun": True}
+    with server.client() as client:
+        created = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True, "overrides": overrides})
+        assert created.status_code == 202, created.text
+        done = wait_for(client, created.json()["id"], finished)
+        assert done["state"] == "succeeded", done["error"]
+        assert sorted(t["activation"] for t in done["trials"]) == ["gelu(sigma=0.5)", "gelu_sigmoid", "swish"]
+        assert all(t["state"] == "succeeded" and t["epoch"] == 2 for t in done["trials"])
+        results = client.get(f"/sweeps/{done['id']}/results").json()
+        assert {r["activation"] for r in results["results"]} == {"gelu(sigma=0.5)", "gelu_sigmoid", "swish"}
+        assert [row["parameter"] for row in results["learned_parameters"]] == ["beta"]
+    runs = {r.data.params["activation"]: r.data for r in _runs(server, done["id"]) if r.data.tags["role"] == "trial"}
+    assert runs["gelu_sigmoid"].params["expressions.gelu_sigmoid"] == "x * sigmoid(1.702 * x)"
+    assert {"learned_beta_1", "learned_beta_2"} <= set(runs["swish"].metrics)
+
+
 @pytest.mark.parametrize("body, loc, message", [
     ({"experiment": "mnist_classification", "colour": "red"}, ["body", "colour"], "Extra inputs"),
     ({"experiment": "nope"}, ["body", "experiment"], "mnist_classification, mnist_robustness"),
     ({"experiment": "mnist_classification", "overrides": {"activation": ["gelu", "tanh"]}},
-     ["body", "overrides", "activation", 1], "'gelu_tanh'"),
+     ["body", "overrides", "activation"], "unknown 'tanh'; accepted: relu, gelu, gelu_tanh"),
+    ({"experiment": "mnist_classification", "overrides": {"activation": [{"expr": "x.real", "name": "r"}]}},
+     ["body", "overrides", "activation"], "may not use Attribute"),
+    ({"experiment": "mnist_classification", "overrides": {"activation": [{"expr": "exp(x) ** 16", "name": "big"}]}},
+     ["body", "overrides", "activation"], "big: not finite on [-10, 10]"),
+    ({"experiment": "mnist_classification", "overrides": {"activation": ["gelu(sigma=-1)"]}},
+     ["body", "overrides", "activation"], "must be > 0"),
     ({"experiment": "mnist_classification", "overrides": {"lr": [-0.1]}}, ["body", "overrides", "lr", 0], "greater than 0"),
     ({"experiment": "mnist_classification", "overrides": {"dropout": 1.0}}, ["body", "overrides", "dropout"], "[0, 1)"),
     ({"experiment": "mnist_classification", "overrides": {"epoch": 3}}, ["body", "overrides", "epoch"], "accepted:"),

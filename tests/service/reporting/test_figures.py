@@ -40,7 +40,7 @@ def store(tmp_path_factory):
 
 def test_every_kind_of_figure_is_written_and_decodes(store):
     figures = render_figures(sweep_results(store, "f1"))
-    assert sorted(figures) == ["curves_test_error.png", "curves_train_loss_eval.png", "curves_val_loss.png",
+    assert sorted(figures) == ["activations.png", "curves_test_error.png", "curves_train_loss_eval.png", "curves_val_loss.png",
                                "robustness.png", "unit_activation.png", "unit_activation_layers.png"]
     for name, png in figures.items():
         pixels = matplotlib.image.imread(io.BytesIO(png), format="png")
@@ -61,7 +61,7 @@ def test_figures_are_logged_to_the_parent_run_and_read_back(store):
 def test_html_report_holds_tables_figures_spec_and_provenance(store):
     results = sweep_results(store, "f1")
     page = to_html(results, render_figures(results), "http://mlflow.example:5000")
-    assert page.count('<img src="data:image/png;base64,') == 6
+    assert page.count('<img src="data:image/png;base64,') == 7  # the activations' panel (f, f′) too
     assert "git abc123" in page and "test cpu" in page
     assert f"http://mlflow.example:5000/#/experiments/{results.experiment_id}/runs/{results.parent_run_id}" in page
     assert all(f"/runs/{run_id}" in page for run_id in results.runs["run_id"])  # every trial run is linked

@@ -86,3 +86,34 @@ def test_a_tiny_imagenet_run_trains_the_15_layer_network(tmp_path):
     assert [m["epoch"] for m in history] == [1, 2] and all(m["diverged"] == 0 for m in history)
     assert 0 <= history[-1]["test_error_top5"] <= history[-1]["test_error"] <= 1
     assert "train_loss_eval" not in history[-1]  # eval_train off: the training set is not re-measured
+
+
+def _idx(path, array, magic_type=8):
+    import gzip
+
+    header = bytes([0, 0, magic_type, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_fashion_mnist_from_idx_files_in_torchvisions_layout(tmp_path):
+    """MNIST's IDX format (the layout torchvision and Debian's dataset-fashion-mnist use), k/255."""
+    raw = tmp_path / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    images, labels = rng.integers(0, 256, (120, 28, 28)), rng.integers(0, 10, 120)
+    for stem, array in (("train-images-idx3-ubyte", images[:100]), ("train-labels-idx1-ubyte", labels[:100]),
+                        ("t10k-images-idx3-ubyte", images[100:]), ("t10k-labels-idx1-ubyte", labels[100:])):
+        _idx(raw / f"{stem}.gz", array)
+    splits = load_dataset("fashion_mnist", tmp_path, download=False, val_size=10)
+    assert splits.sizes() == {"train": 90, "val": 10, "test": 20} and splits.source == str(raw)
+    np.testing.assert_allclose(splits.test_x, images[100:].reshape(20, -1) / 255.0, rtol=1e-6)
+    assert sorted(np.concatenate([splits.train_y, splits.val_y]).tolist()) == sorted(labels[:100].tolist())
+
+
+@pytest.mark.skipif(not __import__("pathlib").Path("/usr/share/datasets/fashion-mnist").is_dir(),
+                    reason="Debian's dataset-fashion-mnist is not installed (make test installs it where it may)")
+def test_fashion_mnist_from_the_debian_package(tmp_path):
+    splits = load_dataset("fashion_mnist", tmp_path, download=False, val_size=5000)
+    assert splits.sizes() == {"train": 55000, "val": 5000, "test": 10000}
+    assert splits.n_classes == 10 and 0.0 <= splits.train_x.min() and splits.train_x.max() == 1.0
