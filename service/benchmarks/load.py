@@ -36,6 +36,7 @@ class Recorder:
     def __init__(self):
         self.latencies: dict[str, list[float]] = defaultdict(list)
         self.statuses: Counter = Counter()
+        self.by_route: dict[str, Counter] = defaultdict(Counter)
 
     async def call(self, client: httpx.AsyncClient, route: str, method: str, url: str, **kwargs) -> httpx.Response | None:
         started = time.perf_counter()
@@ -46,6 +47,7 @@ class Recorder:
             return None
         self.latencies[route].append(time.perf_counter() - started)
         self.statuses[str(response.status_code)] += 1
+        self.by_route[route][str(response.status_code)] += 1
         return response
 
 
@@ -86,7 +88,12 @@ async def run_load(base: str, clients: int, posting: int, seconds: float) -> dic
         "p50_ms": round(1000 * percentile(all_latencies, 50), 1), "p99_ms": round(1000 * percentile(all_latencies, 99), 1),
         "by_route": {route: {"n": len(xs), "p50_ms": round(1000 * percentile(xs, 50), 1),
                              "p99_ms": round(1000 * percentile(xs, 99), 1)} for route, xs in recorder.latencies.items()},
-        "statuses": dict(recorder.statuses), "server_errors": sum(n for s, n in recorder.statuses.items() if s.startswith("5")),
+        "statuses": dict(recorder.statuses), "statuses_by_route": {r: dict(c) for r, c in recorder.by_route.items()},
+        # a 5xx from the API's own routes; /healthz's 503 is its answer "a dependency did not reply
+        # within its 2 s deadline" (degraded), counted apart
+        "server_errors": sum(n for route, c in recorder.by_route.items() for s, n in c.items()
+                             if s.startswith("5") and route != "GET /healthz"),
+        "healthz_degraded": recorder.by_route["GET /healthz"].get("503", 0),
         "sweeps_accepted": len(accepted), "sweeps_lost": sum(not ok for ok in readable) + len(set(accepted) - listed),
         "hardware": f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
     }

@@ -7,6 +7,7 @@ outlives both processes and a restarted API reads the truth.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from typing import Any
 
 from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, create_engine, event, func,
@@ -101,12 +102,15 @@ class SweepStore:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         self._schema_ready = False
+        self._schema_lock = threading.Lock()
 
     def session(self) -> Session:
         if not self._schema_ready:  # on first use, not at start: a service starts while its database is away
-            Base.metadata.create_all(self.engine)
-            _add_missing_columns(self.engine)
-            self._schema_ready = True
+            with self._schema_lock:  # once: concurrent first requests racing to CREATE TABLE got "already exists"
+                if not self._schema_ready:
+                    Base.metadata.create_all(self.engine)
+                    _add_missing_columns(self.engine)
+                    self._schema_ready = True
         return self._session()
 
     def ping(self) -> None:

@@ -10,6 +10,8 @@ from service.benchmarks.load import run_load
 def test_concurrent_clients_get_no_server_error_and_lose_no_sweep(server):
     figures = asyncio.run(run_load(server.url, clients=20, posting=3, seconds=6))
     assert figures["requests"] > 20  # every client got past its first request
-    assert figures["server_errors"] == 0, figures["statuses"]
+    assert figures["server_errors"] == 0, figures["statuses_by_route"]
     assert figures["sweeps_accepted"] == 3 and figures["sweeps_lost"] == 0
-    assert set(figures["statuses"]) <= {"200", "202"}, figures["statuses"]
+    for route, statuses in figures["statuses_by_route"].items():
+        # /healthz may say "degraded" (503) when a dependency misses its 2 s deadline on a loaded machine
+        assert set(statuses) <= ({"200", "503"} if route == "GET /healthz" else {"200", "202"}), figures["statuses_by_route"]

@@ -86,7 +86,7 @@ def test_html_report_loads_in_headless_chromium(server, tiny_sweep, tmp_path):
         assert expected in page.text, expected
     dom, screenshot = load_in_chromium(url, tmp_path)
     images = re.findall(r"<img[^>]*>", dom)
-    assert len(images) == 3  # curves of train_loss_eval (the headline) and val_loss, and robustness
+    assert len(images) == 4  # the activations (f, f′), curves of train_loss_eval (the headline) and val_loss, robustness
     assert all('data-loaded="yes"' in image for image in images), images
     assert screenshot.stat().st_size > 20_000
 
@@ -110,7 +110,9 @@ def test_repeated_idempotency_key_returns_the_first_sweep_and_finished_trials_ar
     body = {"experiment": "mnist_classification", "quick": True, "overrides": TINY}  # tiny_sweep trained these
     with server.client() as client:
         first = client.post("/sweeps", json=body, headers={"Idempotency-Key": "key-1"})
-        again = client.post("/sweeps", json={**body, "name": "another"}, headers={"Idempotency-Key": "key-1"})
+        again = client.post("/sweeps", json=body, headers={"Idempotency-Key": "key-1"})
+        changed = client.post("/sweeps", json={**body, "name": "another"}, headers={"Idempotency-Key": "key-1"})
+        assert changed.status_code == 409 and "another request body" in changed.json()["detail"]
         other = client.post("/sweeps", json={**body, "rerun": True}, headers={"Idempotency-Key": "key-2"})
         assert first.status_code == again.status_code == 202
         assert again.json()["id"] == first.json()["id"] and again.headers["idempotent-replayed"] == "true"

@@ -106,3 +106,13 @@ def test_a_database_from_before_gets_the_new_columns(tmp_path):
     store = SweepStore(url)
     assert store.get("old1").state == "succeeded" and store.get("old1").request_hash is None
     assert store.create(_record("k"), POINTS).request_hash is None
+
+
+def test_concurrent_first_requests_make_the_schema_once(tmp_path):
+    """Twenty threads' first use of a new database (the API's first requests): none fails."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = SweepStore(f"sqlite:///{tmp_path / 'fresh.db'}")
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        pages = list(pool.map(lambda _: store.page(0, 20), range(20)))
+    assert pages == [([], 0)] * 20

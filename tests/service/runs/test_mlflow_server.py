@@ -39,7 +39,7 @@ def test_a_sweep_logs_over_http_and_reads_back(settings):
     run_id = results.runs["run_id"].iloc[0]
     assert [m.step for m in client.get_metric_history(run_id, "val_loss")] == [1, 2]
     figures = stored_figures(results, RunStore(settings.resolved_tracking_uri))  # served by the server's artifact proxy
-    assert sorted(figures) == ["curves_train_loss_eval.png", "curves_val_loss.png", "robustness.png"]
+    assert sorted(figures) == ["activations.png", "curves_train_loss_eval.png", "curves_val_loss.png", "robustness.png"]
     assert all(png.startswith(b"\x89PNG") for png in figures.values())
     assert render(results, "html", figures).count("<img ") == 3
 
