@@ -32,8 +32,8 @@ def _detail(response: httpx.Response) -> list[dict]:
 def test_an_experiment_is_a_catalog_name_never_a_path(server, experiment):
     with server.client() as client:
         detail = _detail(client.post("/sweeps", json={"experiment": experiment, "quick": True}))
-    assert detail[0]["loc"] == ["body", "experiment"] and "accepted: cifar100_wrn" in detail[0]["msg"]
-    assert "root:" not in json.dumps(detail) and "activation" not in json.dumps(detail)  # nothing read back
+    assert detail[0]["loc"] == ["body", "experiment"] and "accepted: activation_zoo, cifar100_wrn" in detail[0]["msg"]
+    assert "root:" not in json.dumps(detail) and "batch_size" not in json.dumps(detail)  # nothing read back
 
 
 def test_a_spec_sent_inline_runs_and_bad_yaml_is_named(server):
