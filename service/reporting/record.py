@@ -28,7 +28,7 @@ class RecordEntry:
     """One experiment of the manifest."""
 
     name: str  # the folder, usually the experiment's name
-    spec: str  # the catalog experiment (or YAML) the exports are read under
+    spec: str  # the catalog experiment (or a YAML relative to the manifest) the exports are read under
     exports: list[str]  # relative to the manifest
     commands: list[str]
     deviations: list[str] = field(default_factory=list)  # how this run differs from the paper's protocol
@@ -76,7 +76,7 @@ def build_record(manifest: Path) -> list[Path]:
     for entry in entries:
         folder = root / entry.name
         folder.mkdir(parents=True, exist_ok=True)
-        spec = load_spec(entry.spec)
+        spec = load_spec(str(root / entry.spec) if (root / entry.spec).is_file() else entry.spec)  # (a YAML beside the manifest)
         exports = [root / e for e in entry.exports]
         results = results_from_exports(exports, spec)
         (folder / "report.md").write_text(render(results, "md"))
