@@ -74,16 +74,25 @@ def test_html_report_is_written_with_the_logged_figures(e2e, tmp_path):
     written = _run(env, "report", output["sweep_id"], "--format", "html", "--out", str(tmp_path))
     assert written.returncode == 0, written.stderr
     page = (tmp_path / f"{output['sweep_id']}.html").read_text()
-    # curves of train_loss_eval and val_loss, and robustness (Fig. 2's classifiers are also measured under noise)
-    assert page.count('<img src="data:image/png;base64,') == 3
+    # the activations (f, f′), curves of train_loss_eval and val_loss, and robustness (Fig. 2's
+    # classifiers are also measured under noise)
+    assert page.count('<img src="data:image/png;base64,') == 4
     assert f"sweep {output['sweep_id']}" in page and "model:" in page
 
 
 def test_bad_input_exits_2_with_one_line_naming_the_field(actsweep_env):
-    done = _run(actsweep_env, "run", "mnist_classification", "--set", "activation=gelu,swish")
+    done = _run(actsweep_env, "run", "mnist_classification", "--set", "activation=gelu,mish")
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "activation[1]" in lines[0] and "'gelu_tanh'" in lines[0]
+    assert len(lines) == 1 and "activation: unknown 'mish'" in lines[0] and "gelu_tanh" in lines[0]
+
+
+def test_a_bad_expression_exits_2_naming_its_part(actsweep_env):
+    done = _run(actsweep_env, "run", "mnist_classification", "--set", "activation=gelu,boom",
+                "--set", "expressions.boom=exp(x) ** 16")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "boom: not finite" in lines[0], lines
 
 
 @pytest.mark.parametrize("args, field", [

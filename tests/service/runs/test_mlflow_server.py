@@ -41,7 +41,7 @@ def test_a_sweep_logs_over_http_and_reads_back(settings):
     figures = stored_figures(results, RunStore(settings.resolved_tracking_uri))  # served by the server's artifact proxy
     assert sorted(figures) == ["activations.png", "curves_train_loss_eval.png", "curves_val_loss.png", "robustness.png"]
     assert all(png.startswith(b"\x89PNG") for png in figures.values())
-    assert render(results, "html", figures).count("<img ") == 3
+    assert render(results, "html", figures).count("<img ") == 4
 
 
 def test_the_trial_cache_works_through_the_server(settings):
