@@ -65,7 +65,7 @@ class StackedNet(nn.Module):
         self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
         self.activated: list[bool] = []  # per Linear: is it followed by an activation (and dropout)?
         # per activated layer, each learnable activation parameter stacked over members, (P, 1, units
-        # or 1) (key "<param>" per layer, "<param>/unit" per unit); a member without it holds 0 there
+        # or 1) (key "<param>" per layer, "<param>__unit" per unit); a member without it holds 0 there
         # and gets no gradient. Each member's functions and fixed parameters come from its reference.
         self.learned = nn.ModuleList()
         self.layers: list[list[Activation]] = [[m for m in ref.modules() if isinstance(m, Activation)]
@@ -87,11 +87,11 @@ class StackedNet(nn.Module):
         keys = sorted({_learned_key(key, value) for layer in layers for key, value in layer.learned.items()})
         stacked = nn.ParameterDict()
         for key in keys:
-            name, _, _ = key.partition("/")
+            name = key.removesuffix("__unit")
             values = [layer.learned[name].detach() if name in layer.learned
                       and _learned_key(name, layer.learned[name]) == key else None for layer in layers]
             like = next(v for v in values if v is not None)
-            stacked[key.replace("/", "__")] = nn.Parameter(torch.stack(
+            stacked[key] = nn.Parameter(torch.stack(
                 [(v if v is not None else torch.zeros_like(like)).reshape(1, -1) for v in values]))
         return stacked
 
@@ -116,7 +116,7 @@ class StackedNet(nn.Module):
                 continue
             params = dict(layer.fixed)
             for key, value in layer.learned.items():
-                params[key] = self.learned[depth][_learned_key(key, value).replace("/", "__")][start:end]
+                params[key] = self.learned[depth][_learned_key(key, value)][start:end]
             parts.append(layer.function(x[start:end], **params))
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
@@ -125,7 +125,7 @@ class StackedNet(nn.Module):
         found = {}
         for depth, layer in enumerate(self.layers[member], start=1):
             for key, value in layer.learned.items():
-                stacked = self.learned[depth - 1][_learned_key(key, value).replace("/", "__")]
+                stacked = self.learned[depth - 1][_learned_key(key, value)]
                 found[f"learned_{key}_{depth}"] = stacked[position].detach().float().mean().item()
         return found
 
@@ -197,7 +197,7 @@ _PLAIN: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "gelu_tanh": ge
 
 
 def _learned_key(name: str, value: Tensor) -> str:
-    return f"{name}/unit" if value.dim() else name
+    return f"{name}__unit" if value.dim() else name
 
 
 class _GroupedActivation(torch.autograd.Function):
