@@ -148,6 +148,13 @@ class Execution(StrictModel):
     # a failed trial (a lost worker node, a crashed process) is retried this many times (Tune's
     # FailureConfig); each retry resumes from the checkpoint of its last finished epoch
     max_failures: Annotated[int, Field(ge=0, le=100)] = 3
+    # matmul precision. fp32; bf16: autocast matmuls in bfloat16 with fp32 master weights and
+    # optimiser state, masks and data order as in fp32 (for exploratory sweeps: docs/speed.md
+    # measures what it costs in accuracy); tf32: CUDA's TF32 matmuls (on a CPU the same as fp32)
+    dtype: Literal["fp32", "bf16", "tf32"] = "fp32"
+    # fused packs: the training step (layers, activations, masks, loss) under torch.compile, which
+    # fuses the elementwise work into fewer kernels; off by default (docs/speed.md: measured here)
+    compile: bool = False
 
 
 class Search(StrictModel):
@@ -338,6 +345,13 @@ class SweepSpec(StrictModel):
             raise ValueError("mode fused takes a grid; an lr search (search:) runs per_trial")
         return value
 
+    @field_validator("execution")
+    @classmethod
+    def _compile_takes_packs(cls, value: Execution) -> Execution:
+        if value.compile and value.mode != "fused":
+            raise ValueError("compile: true compiles a fused pack's step; set mode: fused, or compile: false")
+        return value
+
     @field_validator("lr")
     @classmethod
     def _one_lr_without_validation(cls, value: list[float], info: ValidationInfo) -> list[float]:
@@ -473,4 +487,5 @@ class SweepSpec(StrictModel):
             "batch_size": self.batch_size,
             "cpus_per_trial": self.execution.cpus_per_trial,
             "gpus_per_trial": self.execution.gpus_per_trial,
+            "dtype": self.execution.dtype, "compile": self.execution.compile,
         }

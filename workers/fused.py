@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from workers.activations import Activation, gelu_tanh, lrelu, soi_map, uniform
 from workers.data.splits import Splits
 from workers.models import build_model
+from workers.precision import forward_precision
 from workers.registry import FUSABLE_MODELS
 from workers.train import EVAL_BATCH, STATS_EXAMPLES, at_best_val, lr_factor, noise_metric, unit_activation_medians
 from workers.trial import TrialConfig
@@ -110,7 +111,8 @@ class StackedNet(nn.Module):
         for name, start, end in groups:
             layer = self.layers[members[start]][depth]
             if layer.definition.stochastic:
-                u = self._uniforms(torch.empty_like(x[start:end]), members[start:end]) if self.training else None
+                u = (self._uniforms(torch.empty(x[start:end].shape, device=x.device), members[start:end])
+                     if self.training else None)  # (float32, as dropout_noise)
                 parts.append(soi_map(x[start:end], self.training, u=u, mu=layer.fixed.get("mu", 0.0),
                                      sigma=layer.fixed.get("sigma", 1.0)))
                 continue
@@ -136,19 +138,25 @@ class StackedNet(nn.Module):
         return out
 
     def _dropout(self, x: Tensor, members: list[int]) -> Tensor:
+        noise = self.dropout_noise(x.shape, x.device, members)
+        return x if noise is None else x * noise
+
+    def dropout_noise(self, shape, device, members: list[int]) -> Tensor | None:
+        """One layer's inverted-dropout noise (P, B, units), or None where no member drops out (or
+        in eval mode). Per member as dropout_noise: 1/(1 − p) where u < 1 − p, else 0; members
+        without dropout draw nothing (as alone) and keep everything. Always float32, from the
+        members' own streams: a bf16 pack draws the same masks as an fp32 one."""
         rates = [self.dropouts[m] for m in members]
         if not self.training or not any(rates):
-            return x
-        # per member as dropout_noise: 1/(1 − p) where u < 1 − p, else 0; members without dropout
-        # draw nothing (as alone) and keep everything. One run of equal rates at a time, in place.
-        noise = torch.empty_like(x)
-        for start, end in _runs(rates):
+            return None
+        noise = torch.empty(shape, device=device)
+        for start, end in _runs(rates):  # one run of equal rates at a time, in place
             p, part = rates[start], noise[start:end]
             if p == 0:
                 part.fill_(1.0)
             else:
                 self._uniforms(part, members[start:end]).lt_(1.0 - p).mul_(1.0 / (1.0 - p))
-        return x * noise
+        return noise
 
     def keep(self, index: Tensor) -> None:
         """Keep only the members at ``index`` (new parameters: autograd keeps each one's shape)."""
@@ -224,6 +232,47 @@ class _GroupedActivation(torch.autograd.Function):
         for name, start, end in ctx.groups:
             _INTO[name][1](grad[start:end], x[start:end], grad_in[start:end])
         return grad_in, None
+
+
+class CompiledStep:
+    """A pack's training forward and loss under ``torch.compile`` (``execution.compile``).
+
+    The layers, activations, dropout and loss of a step are traced as one graph, so Inductor fuses
+    each layer's bias, activation and mask into the matmul's neighbours and the backward into as
+    few kernels. The dropout noise is drawn before the call, eagerly, from the members' own
+    streams in the order the eager step draws it, so compiled and eager packs see the same masks.
+    It takes packs whose activations are all fixed functions (``_PLAIN``); for the others (SOI's
+    sampled masks, learnable or expression activations) the pack steps eagerly. A new shape (the
+    last, smaller batch; a member leaving the pack) compiles once more.
+    """
+
+    def __init__(self, net: StackedNet, task: str):
+        self.net, self.task = net, task
+        self.losses = torch.compile(_dense_losses, dynamic=False)
+
+    def takes(self, members: list[int]) -> bool:
+        return all(name in _PLAIN for name, _, _ in self.net._groups(members))
+
+    def __call__(self, x: Tensor, y: Tensor, members: list[int]) -> Tensor:
+        net, batch = self.net, x.shape[1]
+        widths = [w.shape[2] for w, active in zip(net.weights, net.activated) if active]
+        noises = tuple(net.dropout_noise((len(members), batch, width), x.device, members) for width in widths)
+        groups = tuple((name, start, end) for name, start, end in net._groups(members))
+        return self.losses(tuple(net.weights), tuple(net.biases), x, y, groups, tuple(net.activated), noises, self.task)
+
+
+def _dense_losses(weights, biases, x: Tensor, y: Tensor, groups, activated, noises, task: str) -> Tensor:
+    """StackedNet.forward in training mode, then the members' losses: the graph CompiledStep traces."""
+    inputs, depth = x, 0
+    for weight, bias, active in zip(weights, biases, activated):
+        x = torch.baddbmm(bias, x, weight)
+        if active:
+            parts = [_PLAIN[name](x[start:end]) for name, start, end in groups]
+            x = torch.cat(parts) if len(parts) > 1 else parts[0]
+            if noises[depth] is not None:
+                x = x * noises[depth]
+            depth += 1
+    return _losses(x, inputs, y, task)[0]
 
 
 class StackedOptimizer:
@@ -314,6 +363,7 @@ def _mask_stream(seed: int, device: torch.device) -> torch.Generator:
 
 def _losses(out: Tensor, x: Tensor, y: Tensor, task: str) -> tuple[Tensor, Tensor]:
     """Per member: the mean loss (P,) and per-example errors (P, B)."""
+    out = out.float()  # (a bf16 forward's outputs: losses in fp32)
     if task == "reconstruct":
         target = x if x.dim() == 3 else x.unsqueeze(0)  # per-member or shared inputs
         return ((out - target) ** 2).mean(dim=(1, 2)), torch.zeros(out.shape[:2], device=out.device)
@@ -358,6 +408,8 @@ class _PackState:
         self.best_val = [math.inf] * len(cfgs)
         self.best: list[dict] = [{} for _ in cfgs]
         self.select_on = "val_loss" if self.first.task == "reconstruct" else "val_error"
+        self.precision = forward_precision(self.first.dtype, device)  # execution.dtype
+        self.compiled = CompiledStep(self.net, self.first.task) if self.first.compile else None
 
     def keep(self, positions: list[int]) -> None:
         """Keep the members at these positions of ``members`` (the others have left the pack)."""
@@ -396,7 +448,11 @@ class _PackState:
             # (P, B): each member its own examples; index_select copies whole rows, ~3x faster than x[idx]
             x = train_x.index_select(0, idx.flatten()).view(*idx.shape, -1)
             y = train_y.index_select(0, idx.flatten()).view(idx.shape)
-            losses, _ = _losses(self.net(x, self.members), x, y, first.task)
+            with self.precision:
+                if self.compiled is not None and self.compiled.takes(self.members):
+                    losses = self.compiled(x, y, self.members)
+                else:
+                    losses, _ = _losses(self.net(x, self.members), x, y, first.task)
             for param in self.net.parameters():
                 param.grad = None
             losses.sum().backward()  # members' graphs are disjoint: each gets its own gradient
@@ -408,10 +464,11 @@ class _PackState:
                 started: float) -> dict[int, dict]:
         """Each member's metrics of the epoch (the keys of workers.train.train_epochs), by member."""
         first, members = self.first, self.members
-        evaluated = {name: evaluate_pack(self.net, members, *split, first.task)
-                     for name, split in data.items() if split is not None and name != "stats"}
-        stats = _unit_activations(self.net, members, data["stats"][0]) if first.activation_stats else None
-        noise = _noise_robustness(self.net, members, self.cfgs, *data["test"]) if epoch == first.epochs else {}
+        with self.precision:  # evaluated in the precision the pack trains in
+            evaluated = {name: evaluate_pack(self.net, members, *split, first.task)
+                         for name, split in data.items() if split is not None and name != "stats"}
+            stats = _unit_activations(self.net, members, data["stats"][0]) if first.activation_stats else None
+            noise = _noise_robustness(self.net, members, self.cfgs, *data["test"]) if epoch == first.epochs else {}
         seconds = time.perf_counter() - started
         found = {}
         for j, m in enumerate(members):
@@ -489,7 +546,7 @@ def _unit_activations(net: StackedNet, members: list[int], x: Tensor) -> list[Te
     net.eval()
     net(x, members, collect=outputs)
     net.train()
-    return [out.mean(dim=1) for out in outputs]
+    return [out.float().mean(dim=1) for out in outputs]
 
 
 @torch.no_grad()

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from workers.activations import Activation, learned_parameters
 from workers.data.splits import Splits
 from workers.models import build_model
+from workers.precision import forward_precision
 from workers.trial import TrialConfig
 
 EVAL_BATCH = 2_000  # examples per forward pass when evaluating; bounds memory, not results
@@ -108,7 +109,7 @@ def augment_batch(x: Tensor, augment: dict, generator: torch.Generator) -> Tenso
 def batch_loss(model: nn.Module, task: str, x: Tensor, y: Tensor, top5: bool = False) -> tuple[Tensor, Tensor]:
     """Mean loss and the per-example error indicator (zeros when reconstructing); with ``top5``,
     the indicator that the label is not among the five highest outputs, as a second column."""
-    out = model(x)
+    out = model(x).float()  # (a bf16 forward's outputs: the loss is taken in fp32)
     if task == "reconstruct":
         return F.mse_loss(out, x.flatten(1)), torch.zeros(len(x), device=x.device)
     errors = (out.argmax(dim=1) != y).float()
@@ -148,7 +149,7 @@ def median_unit_activations(model: nn.Module, x: Tensor) -> dict[str, float]:
         for hook in hooks:
             hook.remove()
         model.train(was_training)
-    return unit_activation_medians([out.flatten(1).mean(dim=0) for out in outputs])
+    return unit_activation_medians([out.flatten(1).float().mean(dim=0) for out in outputs])
 
 
 def unit_activation_medians(unit_means: list[Tensor]) -> dict[str, float]:
@@ -228,6 +229,7 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
         best_val, best, first_epoch = resume["best_val"], resume["best"], resume["epoch"] + 1
 
     phase = None  # the fine-tuning phase the network's dropout is set for
+    precision = forward_precision(cfg.dtype, device)  # execution.dtype (workers.precision)
     for epoch in range(first_epoch, cfg.epochs + 1):
         # -- one pass over the shuffled training set, batches taken by indexing ----------------
         started = time.perf_counter()
@@ -244,7 +246,8 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
                 model.set_dropout(phase["dropout_on"], phase["dropout_scale"])
             idx = permutation[i:i + cfg.batch_size]
             x, y = rows(train_x, idx), train_y.index_select(0, idx)  # whole rows: ~6x faster than x[idx]
-            loss, _ = batch_loss(model, cfg.task, augment_batch(x, cfg.augment, order), y)
+            with precision:
+                loss, _ = batch_loss(model, cfg.task, augment_batch(x, cfg.augment, order), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -254,21 +257,22 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
             yield {**metrics, "diverged": 1, "epoch_seconds": time.perf_counter() - started}
             return
 
-        # -- evaluation ---------------------------------------------------------------------------
-        if cfg.eval_train:
-            metrics.update({f"train_{k}_eval": v for k, v in evaluate(model, train_x, train_y, cfg.task).items()})
-        if len(val_y):  # (val_size 0: all the training data trains; nothing is held out)
-            metrics.update({f"val_{k}": v for k, v in evaluate(model, val_x, val_y, cfg.task, cfg.top5).items()})
-        metrics.update({f"test_{k}": v for k, v in evaluate(model, test_x, test_y, cfg.task, cfg.top5).items()})
-        if len(val_y) and metrics[select_on] < best_val:
-            best_val = metrics[select_on]
-            best = at_best_val(epoch, metrics)
-        metrics.update(best)
-        metrics.update(learned_parameters(model))  # learnable activation parameters, per layer
-        if cfg.activation_stats:
-            metrics.update(median_unit_activations(model, rows(train_x, slice(0, STATS_EXAMPLES))))
-        if epoch == cfg.epochs:
-            metrics.update(noise_robustness(model, test_x, test_y, cfg.eval_noise, cfg.seed, cfg.task))
+        # -- evaluation (in the trial's precision, as it trains) ---------------------------------
+        with precision:
+            if cfg.eval_train:
+                metrics.update({f"train_{k}_eval": v for k, v in evaluate(model, train_x, train_y, cfg.task).items()})
+            if len(val_y):  # (val_size 0: all the training data trains; nothing is held out)
+                metrics.update({f"val_{k}": v for k, v in evaluate(model, val_x, val_y, cfg.task, cfg.top5).items()})
+            metrics.update({f"test_{k}": v for k, v in evaluate(model, test_x, test_y, cfg.task, cfg.top5).items()})
+            if len(val_y) and metrics[select_on] < best_val:
+                best_val = metrics[select_on]
+                best = at_best_val(epoch, metrics)
+            metrics.update(best)
+            metrics.update(learned_parameters(model))  # learnable activation parameters, per layer
+            if cfg.activation_stats:
+                metrics.update(median_unit_activations(model, rows(train_x, slice(0, STATS_EXAMPLES))))
+            if epoch == cfg.epochs:
+                metrics.update(noise_robustness(model, test_x, test_y, cfg.eval_noise, cfg.seed, cfg.task))
         metrics["diverged"] = 0
         metrics["epoch_seconds"] = time.perf_counter() - started
         if on_state is not None:

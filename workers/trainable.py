@@ -26,14 +26,16 @@ def run_trial(config: dict, splits: Splits) -> None:
     ``splits`` arrives through ``tune.with_parameters``: the arrays go into Ray's object store
     once per sweep, not once per trial. A retried or restored trial resumes after its last
     checkpointed epoch; its first report then says so (``resumed_from_epoch``). Every report
-    names the Ray node that trained it (``node_id``: nodes on one host share an IP).
+    names the Ray node that trained it (``node_id``: nodes on one host share an IP) and the
+    fraction of a GPU it holds (``gpus``).
     """
     # One intra-op thread per reserved CPU, so concurrent trials do not oversubscribe the cores.
     torch.set_num_threads(max(1, int(config.get("cpus_per_trial", 1))))
     device = trial_device(config.get("gpus_per_trial", 0.0))
     path = state_path(config)
     resume = load_state(path) if path else None
-    node = {"node_id": ray.get_runtime_context().get_node_id()}
+    context = ray.get_runtime_context()  # where it runs, and what it holds of a GPU (a pack may hold half)
+    node = {"node_id": context.get_node_id(), "gpus": context.get_assigned_resources().get("GPU", 0.0)}
     state: dict = {}
     if is_pack(config):  # a fused pack: one report per epoch holds every member's metrics
         cfgs = [TrialConfig.from_config(m) for m in members(config)]

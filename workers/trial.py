@@ -99,6 +99,8 @@ class TrialConfig:
     # of a stack (or its last) with rates scaled; see workers.models.StackedConvNet.set_dropout
     fine_tune: tuple = ()
     expressions: dict = field(default_factory=dict)  # the sweep's expression activations: name → normal form
+    dtype: str = "fp32"  # matmul precision: fp32, bf16 (autocast, fp32 master weights) or tf32 (CUDA)
+    compile: bool = False  # fused packs: the training step under torch.compile
 
     @classmethod
     def from_config(cls, config: dict) -> "TrialConfig":

@@ -88,6 +88,13 @@ class SweepDetail(SweepPublic):
     trials: list[TrialPublic]
 
 
+class TrialPage(BaseModel):
+    items: list[TrialPublic]
+    total: int
+    offset: int
+    limit: int
+
+
 class SweepPage(BaseModel):
     items: list[SweepPublic]
     total: int

@@ -25,6 +25,7 @@ SWEEP_MOVES = {"queued": {"running", "failed", "cancelled"}, "running": {"succee
 TRIAL_MOVES = {"pending": {"running", "reused", "succeeded", "diverged", "failed", "cancelled"},
                "running": {"running", "succeeded", "diverged", "failed", "cancelled"}}
 TRIAL_TERMINAL = frozenset({"succeeded", "reused", "diverged", "failed", "cancelled"})
+TRIAL_STATES = ("pending", "running", "succeeded", "reused", "diverged", "failed", "cancelled")
 
 
 def _sources(moves: dict[str, set[str]], state: str) -> list[str]:
@@ -153,6 +154,17 @@ class SweepStore:
         with self.session() as session:
             rows = session.scalars(query.order_by(SweepRecord.created_at.desc(), SweepRecord.id)
                                    .offset(offset).limit(limit)).all()
+            return list(rows), session.scalar(count)
+
+    def trial_page(self, sweep_id: str, offset: int, limit: int,
+                   state: str | None = None) -> tuple[list[TrialRecord], int]:
+        """A sweep's trials in grid order, one page of them (and how many there are)."""
+        query = select(TrialRecord).where(TrialRecord.sweep_id == sweep_id)
+        count = select(func.count()).select_from(TrialRecord).where(TrialRecord.sweep_id == sweep_id)
+        if state:
+            query, count = query.where(TrialRecord.state == state), count.where(TrialRecord.state == state)
+        with self.session() as session:
+            rows = session.scalars(query.order_by(TrialRecord.position).offset(offset).limit(limit)).all()
             return list(rows), session.scalar(count)
 
     def update(self, sweep_id: str, **fields) -> SweepRecord:

@@ -111,7 +111,7 @@ class _Sweep:
         identity = {"dataset": spec.dataset, "val_size": spec.val_size, "train_subset": spec.train_subset,
                     "data_options": spec.data_options.model_dump(), "sizes": data.sizes(), "phase": phase,
                     "fingerprint": data.fingerprint()}
-        execution = {"mode": spec.execution.mode, "dtype": "fp32"}
+        execution = {"mode": spec.execution.mode, "dtype": spec.execution.dtype}
         keyed = [{**p.as_dict(), KEY_FIELD: trial_key(spec.trial_base(), p, identity, execution)} for p in points]
         if spec.execution.rerun:
             return keyed

@@ -12,8 +12,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from service.reporting.aggregate import SweepResults
-from service.reporting.report import (claim_verdicts_table, learned_parameters_table, paper_terms_table,
-                                      protocol_line, readable_table, verdicts_table)
+from service.reporting.report import (claim_verdicts_table, execution_line, learned_parameters_table,
+                                      paper_terms_table, protocol_line, readable_table, verdicts_table)
 from service.settings import mask_secrets
 
 PAPERS = {"gelu": "Hendrycks & Gimpel, Gaussian Error Linear Units (GELUs)",
@@ -67,7 +67,7 @@ def to_html(results: SweepResults, figures: dict[str, bytes], mlflow_ui_url: str
         finished=int((results.runs["status"] == "FINISHED").sum()),
         experiment_url=experiment_url, parent_url=run_url(results.parent_run_id),
         generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        protocol=protocol_line(results), notes=spec.get("protocol", {}).get("notes", []),
+        protocol=protocol_line(results), execution=execution_line(results), notes=spec.get("protocol", {}).get("notes", []),
         paper_terms=_table(_escaped(paper_terms_table(results))) if has_table else None,
         verdicts=_verdicts(_escaped(verdicts)) if len(verdicts) else None,
         ranked=_verdicts(_escaped(ranked)) if len(ranked) else None,

@@ -50,6 +50,17 @@ def protocol_line(results: SweepResults) -> str:
             f"error where the network reconstructs its input.")
 
 
+def execution_line(results: SweepResults) -> str:
+    """How the trials ran, where that changes their numbers: the matmul precision (execution.dtype)."""
+    execution = (results.spec or {}).get("execution", {})
+    dtype, mode = execution.get("dtype", "fp32"), execution.get("mode", "per_trial")
+    how = {"fp32": "fp32", "tf32": "TF32 matmuls on a GPU (fp32 elsewhere)",
+           "bf16": "bf16 matmuls (autocast), fp32 master weights and optimiser state: an exploratory precision "
+                   "(docs/speed.md measures its cost)"}[dtype]
+    packed = "fused packs" + (", compiled" if execution.get("compile") else "") if mode == "fused" else "one trial each"
+    return f"Precision: {how}; {packed}."
+
+
 def format_value(metric: str, value: float | None) -> str:
     if value is None or pd.isna(value):
         return "–"
@@ -144,7 +155,7 @@ def to_markdown(results: SweepResults) -> str:
                      readable_table(results.retrained).to_markdown(index=False), ""]
     return "\n".join([
         f"# {results.experiment}: sweep {results.sweep_id}", "",
-        protocol_line(results), "",
+        protocol_line(results), "", execution_line(results), "",
         *paper_terms_markdown(results),
         "## Chosen learning rate per activation and dropout", "",
         chosen.to_markdown(index=False), "",
@@ -162,6 +173,8 @@ def to_json(results: SweepResults) -> dict:
     return {"sweep_id": results.sweep_id, "experiment": results.experiment,
             "protocol": {"aggregate": "median", "select_lr_by": results.select_lr_by,
                          "headline_metric": results.headline_metric},
+            "execution": {k: (results.spec or {}).get("execution", {}).get(k, default)
+                          for k, default in (("mode", "per_trial"), ("dtype", "fp32"), ("compile", False))},
             "mlflow": {"experiment_id": results.experiment_id, "parent_run_id": results.parent_run_id},
             "results": results.rows(), "retrained": results.rows(results.retrained),
             "reported": _finite([asdict(r) for r in reported]), "verdicts": _finite([asdict(v) for v in verdicts(reported)]),

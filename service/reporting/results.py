@@ -26,7 +26,7 @@ def sweep_results(runs: RunStore | str, sweep_id: str) -> SweepResults:
 def training_settings(spec: SweepSpec) -> dict:
     """What must agree for trials of two specs to be the same trials: everything that changes training."""
     settings = {k: v for k, v in spec.trial_base().items() if k not in ("experiment", "cpus_per_trial",
-                                                                        "gpus_per_trial", "eval_noise")}
+                                                                        "gpus_per_trial", "eval_noise", "compile")}
     return {**settings, "dataset": spec.dataset, "val_size": spec.val_size, "train_subset": spec.train_subset,
             "data_options": spec.data_options.model_dump()}
 
@@ -89,7 +89,8 @@ def results_from_exports(paths: list[Path], spec: SweepSpec | None = None) -> Sw
 
 
 def _comparable(spec: SweepSpec) -> dict:
-    return spec.model_dump(mode="json", exclude={"execution", "slice"})
+    # how trials ran (per trial or fused, compiled) may differ between slices; the precision may not
+    return {**spec.model_dump(mode="json", exclude={"execution", "slice"}), "execution.dtype": spec.execution.dtype}
 
 
 def _refuse_duplicates(frame: pd.DataFrame, paths) -> None:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from ray import tune
 
-from service.runs.store import (DIVERGED, EXECUTION, NODE_ID, NODE_IDS, PACK_ID, PACK_SIZE, PHASE, RESUMED_FROM_EPOCH,
+from service.runs.store import (DIVERGED, EXECUTION, GPUS, NODE_ID, NODE_IDS, PACK_ID, PACK_SIZE, PHASE, RESUMED_FROM_EPOCH,
                                 SWEEP_ID, TRIAL_ID, TRIAL_KEY, RunStore)
 from workers.trial import KEY_FIELD, GridPoint, is_pack, member_results, members, mlflow_params
 
 # What Tune adds to every result; everything else numeric that a trial reports is a metric.
 TUNE_KEYS = frozenset({"epoch", "timestamp", "training_iteration", "time_this_iter_s", "time_total_s", "pid",
                        "time_since_restore", "iterations_since_restore", "done", "trial_id", "date", "hostname",
-                       "node_ip", "config", "checkpoint_dir_name", "should_checkpoint", "experiment_tag"})
+                       "node_ip", "config", "checkpoint_dir_name", "should_checkpoint", "experiment_tag",
+                       GPUS})  # (GPUS: a tag, as the node)
 
 
 class PicklableCallback(tune.Callback):
@@ -80,7 +81,7 @@ class MLflowTrialLogger(PicklableCallback):
         nodes = self.nodes.setdefault(trial.trial_id, [])
         if result.get("node_id") and result["node_id"] not in nodes[-1:]:  # first result, or moved to another node
             nodes.append(result["node_id"])
-            tags.update({NODE_ID: nodes[-1], NODE_IDS: ",".join(nodes)})
+            tags.update({NODE_ID: nodes[-1], NODE_IDS: ",".join(nodes), GPUS: f"{result.get('gpus', 0.0):g}"})
         resumed = {}
         if "resumed_from_epoch" in result:  # retried after a failure, or restored with its sweep
             resumed = {"resumed_from_epoch": result["resumed_from_epoch"]}  # a pack's members get it too

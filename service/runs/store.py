@@ -35,6 +35,7 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar 
 SWEEP_ID, EXPERIMENT, ROLE, PHASE, TRIAL_ID = "sweep_id", "experiment", "role", "phase", "trial_id"
 TRIAL_KEY, TRIAL_SIGNATURE, REUSED_FROM, DIVERGED = "trial_key", "trial_signature", "reused_from", "diverged"
 NODE_ID, NODE_IDS, RESUMED_FROM_EPOCH = "node_id", "node_ids", "resumed_from_epoch"
+GPUS = "gpus"  # the fraction of a GPU the trial (or its pack) held
 EXECUTION, PACK_ID, PACK_SIZE = "execution", "pack_id", "pack_size"
 PARENT = "mlflow.parentRunId"
 SPEC_ARTIFACT, FIGURES_DIR = "spec.json", "figures"

@@ -7,10 +7,10 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from service.api.deps import get_jobs, get_settings, get_store, require_token
-from service.api.schemas import SweepCreate, SweepDetail, SweepPage, SweepPublic
+from service.api.schemas import SweepCreate, SweepDetail, SweepPage, SweepPublic, TrialPage, TrialPublic
 from service.api.views import to_detail, to_public
 from service.orchestration.jobs import RayJobs
-from service.orchestration.records import SWEEP_STATES, SweepStore
+from service.orchestration.records import SWEEP_STATES, TRIAL_STATES, SweepStore
 from service.orchestration.submission import SubmissionError, cancel_sweep, get_sweep, refresh, submit_sweep
 from service.reporting.figures import stored_figures
 from service.reporting.report import render, to_json
@@ -45,6 +45,16 @@ def list_sweeps(offset: int = Query(0, ge=0, le=1_000_000_000), limit: int = Que
 def read_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: RayJobs = Depends(get_jobs),
                settings: Settings = Depends(get_settings)):
     return to_detail(refresh(store, jobs, get_sweep(store, sweep_id), settings), settings)
+
+
+@router.get("/{sweep_id}/trials", response_model=TrialPage)
+def list_trials(sweep_id: str, offset: int = Query(0, ge=0, le=1_000_000_000), limit: int = Query(100, ge=1, le=1000),
+                state: Literal[TRIAL_STATES] | None = None,  # type: ignore[valid-type]
+                store: SweepStore = Depends(get_store)):
+    """The sweep's trials in grid order, a page at a time (a large sweep's detail is long)."""
+    get_sweep(store, sweep_id)
+    trials, total = store.trial_page(sweep_id, offset, limit, state)
+    return TrialPage(items=[TrialPublic.model_validate(t) for t in trials], total=total, offset=offset, limit=limit)
 
 
 @router.delete("/{sweep_id}", status_code=status.HTTP_202_ACCEPTED, response_model=SweepPublic)

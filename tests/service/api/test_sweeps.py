@@ -65,6 +65,21 @@ def test_submit_poll_to_succeeded_and_fetch_results(server, tiny_sweep):
         assert client.delete(f"/sweeps/{sweep['id']}").status_code == 409  # already finished
 
 
+def test_the_trial_list_is_paged_in_grid_order(server, tiny_sweep):
+    sweep, done = tiny_sweep
+    with server.client() as client:
+        first = client.get(f"/sweeps/{sweep['id']}/trials", params={"limit": 3}).json()
+        rest = client.get(f"/sweeps/{sweep['id']}/trials", params={"offset": 3, "limit": 3}).json()
+        assert (first["total"], len(first["items"]), rest["total"], len(rest["items"])) == (4, 3, 4, 1)
+        assert first["items"] + rest["items"] == done["trials"]  # the detail's trials, a page at a time
+        only = client.get(f"/sweeps/{sweep['id']}/trials", params={"state": "running"}).json()
+        assert only["total"] == 0 and only["items"] == []
+        bad = client.get(f"/sweeps/{sweep['id']}/trials", params={"state": "done"})
+        assert bad.status_code == 422 and "state" in str(bad.json()["detail"][0]["loc"])
+        assert "succeeded" in bad.text  # the accepted values are named
+        assert client.get("/sweeps/nosuchsweep/trials").status_code == 404
+
+
 def test_figures_are_served_as_png(server, tiny_sweep):
     sweep_id = tiny_sweep[0]["id"]
     with server.client() as client:
