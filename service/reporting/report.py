@@ -57,6 +57,8 @@ def execution_line(results: SweepResults) -> str:
     how = {"fp32": "fp32", "tf32": "TF32 matmuls on a GPU (fp32 elsewhere)",
            "bf16": "bf16 matmuls (autocast), fp32 master weights and optimiser state: an exploratory precision "
                    "(docs/speed.md measures its cost)"}[dtype]
+    if results.sources:  # exports: their sweeps may have run per trial or fused (the sources table says which)
+        return f"Precision: {how}."
     packed = "fused packs" + (", compiled" if execution.get("compile") else "") if mode == "fused" else "one trial each"
     return f"Precision: {how}; {packed}."
 
