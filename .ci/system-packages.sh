@@ -9,6 +9,7 @@ missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 [ -d /usr/share/datasets/fashion-mnist ] || missing+=(dataset-fashion-mnist)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)  # torch.compile on a CPU (execution.compile; its test)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else
   echo "actsweep: cannot install ${missing[*]} (not root, no sudo); the tests that need them will skip" >&2; exit 0
