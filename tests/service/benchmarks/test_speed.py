@@ -12,7 +12,7 @@ from service.benchmarks.speed import main as bench
 def test_the_benchmark_times_every_variant_and_keeps_each_ones_fastest_round(tmp_path, capsys):
     ray.shutdown()  # the bench starts its own local Ray
     out = tmp_path / "results.json"
-    report = bench(["--trials-per-activation", "1", "--epochs", "1", "--train-examples", "256", "--repeats", "2",
+    report = bench(["--trials-per-activation", "1", "--epochs", "2", "--train-examples", "256", "--repeats", "2",
                     "--out", str(out)])
     assert json.loads(out.read_text()) == report
     assert report["workload"]["trials"] == 3 and report["repeats"] == 2
@@ -20,8 +20,21 @@ def test_the_benchmark_times_every_variant_and_keeps_each_ones_fastest_round(tmp
         found = report["results"][name]
         assert len(found["rounds"]) == 2 and found["seconds"] == min(found["rounds"]) > 0
         assert 0 < found["fraction_of_peak"] < 1
+        assert found["steady_trial_epochs_per_s"] > 0  # from the epochs after each trial's first
+    for name in ("per_trial", "fused"):  # through Tune: starting Ray and the trials is a fixed start of seconds
+        assert report["results"][name]["fixed_start_s"] > 0
     seconds = {name: report["results"][name]["seconds"] for name in report["results"]}
     assert report["ratios"] == {"fused/plain": round(seconds["plain"] / seconds["fused"], 2),
                                 "per_trial/plain": round(seconds["plain"] / seconds["per_trial"], 2)}
     printed = capsys.readouterr().out
     assert printed.count("[round 2/2]") == 3 and "ratios, end to end unless marked (fastest rounds): fused/plain" in printed
+
+
+def test_the_benchmark_refuses_one_epoch_naming_the_option(capsys):
+    try:
+        bench(["--epochs", "1"])
+    except SystemExit as stop:
+        assert stop.code == 2
+    else:
+        raise AssertionError("--epochs 1 was accepted")
+    assert "--epochs: at least 2" in capsys.readouterr().err
