@@ -51,16 +51,18 @@ def run_trial(config: dict, splits: Splits) -> None:
     reported = list(resume.get("reported", [])) if resume else []
     for result in reported:
         tune.report(result)
+    resumed_from = {"resumed_from_epoch": resume["epoch"]} if resume is not None else {}
     for result in epochs:
-        result.update(node)
-        if resume is not None:  # the first epoch after a resume
-            result["resumed_from_epoch"], resume = resume["epoch"], None
+        result.update(node, **resumed_from)  # the first epoch after a resume says so
+        resumed_from = {}
         # Saved before it is reported, so every epoch the driver (and MLflow) has seen is in the
         # state a retry resumes from: a retry never trains again an epoch that was logged.
         if path and state.get("epoch") == result["epoch"]:  # (not after a diverged trial's last epoch)
             reported = [*reported[-1:], result]
             save_state(path, {**state, "reported": reported})
         tune.report(result)
+    if resumed_from and reported:  # resumed with nothing left to train: it had finished before the
+        tune.report({**reported[-1], **resumed_from})  # driver heard; its last epoch again, saying so
 
 
 def report_epoch(report: list[dict | None]) -> int:

@@ -2,19 +2,15 @@
 from __future__ import annotations
 
 from service.api.schemas import Links, Progress, SweepDetail, SweepPublic, TrialPublic
-from service.orchestration.records import SweepRecord
+from service.orchestration.records import SweepRecord, TrialCounts
 from service.settings import Settings
 
-FINISHED_TRIAL_STATES = ("succeeded", "reused", "diverged", "failed")
 
-
-def _progress(record: SweepRecord) -> Progress:
-    done = sum(t.state in FINISHED_TRIAL_STATES for t in record.trials)
-    epochs = sum(record.epochs if t.state in FINISHED_TRIAL_STATES else min(t.epoch, record.epochs)
-                 for t in record.trials)
+def _progress(record: SweepRecord, counts: TrialCounts) -> Progress:
     total_epochs = record.trials_total * record.epochs
-    return Progress(trials_total=record.trials_total, trials_done=done, trial_epochs_done=epochs,
-                    trial_epochs_total=total_epochs, fraction=round(epochs / total_epochs, 4) if total_epochs else 1.0)
+    return Progress(trials_total=record.trials_total, trials_done=counts.done, trial_epochs_done=counts.epochs_done,
+                    trial_epochs_total=total_epochs,
+                    fraction=round(counts.epochs_done / total_epochs, 4) if total_epochs else 1.0)
 
 
 def _links(record: SweepRecord, settings: Settings) -> Links:
@@ -26,13 +22,14 @@ def _links(record: SweepRecord, settings: Settings) -> Links:
                  mlflow_parent_run=f"{ui}/#/experiments/{exp}/runs/{run}" if exp and run else None)
 
 
-def to_public(record: SweepRecord, settings: Settings) -> SweepPublic:
+def to_public(record: SweepRecord, settings: Settings, counts: TrialCounts) -> SweepPublic:
     return SweepPublic(id=record.id, name=record.name, experiment=record.experiment, quick=record.quick,
                        overrides=record.overrides, state=record.state, error=record.error,
                        created_at=record.created_at, started_at=record.started_at, finished_at=record.finished_at,
-                       progress=_progress(record), links=_links(record, settings))
+                       progress=_progress(record, counts), links=_links(record, settings))
 
 
-def to_detail(record: SweepRecord, settings: Settings) -> SweepDetail:
-    return SweepDetail(**to_public(record, settings).model_dump(), spec=record.spec,
+def to_detail(record: SweepRecord, settings: Settings, counts: TrialCounts) -> SweepDetail:
+    """(``record`` with its trials, as SweepStore.get gives it.)"""
+    return SweepDetail(**to_public(record, settings, counts).model_dump(), spec=record.spec,
                        trials=[TrialPublic.model_validate(t) for t in record.trials])

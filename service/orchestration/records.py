@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, create_engine, event, func,
-                        select)
+from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, case, create_engine, event,
+                        func, select)
 from sqlalchemy import inspect, text
 from sqlalchemy import update as sql_update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload, sessionmaker
 
 SWEEP_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
@@ -26,6 +27,7 @@ TRIAL_MOVES = {"pending": {"running", "reused", "succeeded", "diverged", "failed
                "running": {"running", "succeeded", "diverged", "failed", "cancelled"}}
 TRIAL_TERMINAL = frozenset({"succeeded", "reused", "diverged", "failed", "cancelled"})
 TRIAL_STATES = ("pending", "running", "succeeded", "reused", "diverged", "failed", "cancelled")
+FINISHED_TRIAL_STATES = ("succeeded", "reused", "diverged", "failed")  # what progress counts as done
 
 
 def _sources(moves: dict[str, set[str]], state: str) -> list[str]:
@@ -65,7 +67,8 @@ class SweepRecord(Base):
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
 
     trials: Mapped[list["TrialRecord"]] = relationship(
-        back_populates="sweep", cascade="all, delete-orphan", order_by="TrialRecord.position", lazy="selectin")
+        back_populates="sweep", cascade="all, delete-orphan", order_by="TrialRecord.position",
+        lazy="raise")  # loaded by SweepStore.get only: a list of sweeps must not read every trial of each
 
 
 class TrialRecord(Base):
@@ -90,6 +93,14 @@ class TrialRecord(Base):
 
 class DuplicateIdempotencyKey(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class TrialCounts:
+    """How far a sweep's trials are: finished ones, and epochs done (a finished trial counts all of its)."""
+
+    done: int = 0
+    epochs_done: int = 0
 
 
 class SweepStore:
@@ -134,8 +145,9 @@ class SweepStore:
         return self.get(sweep.id)
 
     def get(self, sweep_id: str) -> SweepRecord | None:
+        """The sweep with its trials."""
         with self.session() as session:
-            return session.get(SweepRecord, sweep_id)
+            return session.get(SweepRecord, sweep_id, options=[selectinload(SweepRecord.trials)])
 
     def by_idempotency_key(self, key: str) -> SweepRecord | None:
         with self.session() as session:
@@ -155,6 +167,19 @@ class SweepStore:
             rows = session.scalars(query.order_by(SweepRecord.created_at.desc(), SweepRecord.id)
                                    .offset(offset).limit(limit)).all()
             return list(rows), session.scalar(count)
+
+    def trial_counts(self, sweep_ids: list[str]) -> dict[str, TrialCounts]:
+        """Each sweep's progress, counted in the database (one aggregate query, no trial rows read out)."""
+        finished = TrialRecord.state.in_(FINISHED_TRIAL_STATES)
+        epochs = case((finished, SweepRecord.epochs), (TrialRecord.epoch < SweepRecord.epochs, TrialRecord.epoch),
+                      else_=SweepRecord.epochs)
+        query = (select(TrialRecord.sweep_id, func.sum(case((finished, 1), else_=0)), func.sum(epochs))
+                 .join(SweepRecord, SweepRecord.id == TrialRecord.sweep_id)
+                 .where(TrialRecord.sweep_id.in_(sweep_ids)).group_by(TrialRecord.sweep_id))
+        with self.session() as session:
+            found = {sweep_id: TrialCounts(int(done), int(epochs_done))
+                     for sweep_id, done, epochs_done in session.execute(query)}
+        return {sweep_id: found.get(sweep_id, TrialCounts()) for sweep_id in sweep_ids}
 
     def trial_page(self, sweep_id: str, offset: int, limit: int,
                    state: str | None = None) -> tuple[list[TrialRecord], int]:

@@ -217,7 +217,11 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # progress is ours (callbacks); keep Tune's tables off
     connect_ray(settings)
     sweep = _Sweep(spec, settings, sweep_id, runs, exp_id, parent_run_id, [], on_reused, resume_parent_run_id is not None)
-    sweep.callbacks = [MLflowTrialLogger(runs, exp_id, parent_run_id, sweep.sweep_tags), *callbacks]
+    logger = MLflowTrialLogger(runs, exp_id, parent_run_id, sweep.sweep_tags, resuming=resume_parent_run_id is not None)
+    for callback in callbacks:  # callbacks that want each trial's MLflow run ids read them from the logger
+        if hasattr(callback, "mlflow_logger"):
+            callback.mlflow_logger = logger
+    sweep.callbacks = [logger, *callbacks]
     plan, status = spec.plan(), "KILLED"  # (a cancel, Ctrl-C or SIGTERM stops the sweep between these lines)
     try:
         for search in plan.searches:

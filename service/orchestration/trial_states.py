@@ -15,7 +15,8 @@ from workers.trial import GridPoint, member_results, members
 class TrialStateRecorder(PicklableCallback):
     """Writes each trial's state and last metrics to the sweep record."""
 
-    transient = ("store",)
+    transient = ("store", "mlflow_logger")
+    mlflow_logger = None  # the sweep's MLflowTrialLogger (run_sweep sets it): its run ids, without a search per trial
 
     def __init__(self, database_url: str, runs: RunStore, sweep_id: str, positions: dict[tuple, int]):
         self.database_url = database_url
@@ -30,7 +31,9 @@ class TrialStateRecorder(PicklableCallback):
 
     def _mlflow_run_id(self, trial, index: int) -> str | None:
         # MLflowTrialLogger runs before this callback and has created the trial's runs
-        found = self.runs.trial_run(self.sweep_id, member_trial_id(trial, index))
+        if self.mlflow_logger is not None and trial.trial_id in self.mlflow_logger.run_ids:
+            return self.mlflow_logger.run_ids[trial.trial_id][index]
+        found = self.runs.trial_run(self.sweep_id, member_trial_id(trial, index))  # (restored without it)
         return found[0] if found else None
 
     def _update(self, trial, index: int, **fields):

@@ -37,8 +37,17 @@ class MLflowTrialLogger(PicklableCallback):
     """Creates each grid point's child run on start and logs its metrics after every epoch
     (one ``log_batch`` per run and epoch). A fused pack's members get a run each."""
 
-    def __init__(self, runs: RunStore, experiment_id: str, parent_run_id: str, sweep_tags: dict[str, str]):
+    # A driver that continues a dead one's sweep (restored by Tune, with this callback unpickled)
+    # finds the runs its trials already have in one search of the sweep's runs, on the first
+    # trial's start; a search per trial would cost more as the store grows.
+    transient = ("existing",)
+    existing: dict[str, tuple[str, dict[str, str]]] | None = None
+
+    def __init__(self, runs: RunStore, experiment_id: str, parent_run_id: str, sweep_tags: dict[str, str],
+                 resuming: bool = False):
         self.runs = runs
+        if not resuming:  # a new sweep has no runs yet: nothing to look up (see `existing`)
+            self.existing = {}
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
         self.sweep_tags = sweep_tags
@@ -58,10 +67,13 @@ class MLflowTrialLogger(PicklableCallback):
     def _existing_run(self, trial, index: int) -> str | None:
         """The run of a trial that a dead driver had started: a driver restored from Tune's
         experiment state (Tuner.restore) continues its runs instead of opening new ones."""
-        found = self.runs.trial_run(self.sweep_tags[SWEEP_ID], member_trial_id(trial, index))
+        if self.existing is None:
+            self.existing = self.runs.trial_runs_by_trial_id(self.sweep_tags[SWEEP_ID])
+        found = self.existing.get(member_trial_id(trial, index))
         if found is None:
             return None
-        run_id, tags, last_epoch = found
+        run_id, tags = found
+        last_epoch = self.runs.last_epoch(run_id)
         if NODE_IDS in tags:
             self.nodes[trial.trial_id] = tags[NODE_IDS].split(",")
         self.logged_epochs[run_id] = last_epoch

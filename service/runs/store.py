@@ -225,14 +225,22 @@ class RunStore:
         return run.info.run_id
 
     def trial_run(self, sweep_id: str, trial_id: str) -> tuple[str, dict[str, str], int] | None:
-        """(run id, tags, the last epoch logged) of a sweep's run for a Tune trial (member), if any;
-        epochs are counted by ``train_loss``, which a trial reports every epoch (diverged too)."""
+        """(run id, tags, the last epoch logged) of a sweep's run for a Tune trial (member), if any."""
         found = self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{TRIAL_ID} = {_quoted(trial_id)}")
         if not found:
             return None
         run = found[0]
-        history = self.client.get_metric_history(run.info.run_id, "train_loss")
-        return run.info.run_id, dict(run.data.tags), max((m.step for m in history), default=0)
+        return run.info.run_id, dict(run.data.tags), self.last_epoch(run.info.run_id)
+
+    def trial_runs_by_trial_id(self, sweep_id: str) -> dict[str, tuple[str, dict[str, str]]]:
+        """Every run of the sweep that a Tune trial (member) wrote: trial id → (run id, tags), in one search."""
+        return {run.data.tags[TRIAL_ID]: (run.info.run_id, dict(run.data.tags))
+                for run in self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{ROLE} = 'trial'")
+                if TRIAL_ID in run.data.tags}
+
+    def last_epoch(self, run_id: str) -> int:
+        """The last epoch a run logged, counted by ``train_loss`` (which a trial reports every epoch, diverged too)."""
+        return max((m.step for m in self.client.get_metric_history(run_id, "train_loss")), default=0)
 
     def log_epoch(self, run_id: str, step: int, metrics: dict[str, float], tags: dict[str, str]) -> None:
         """One epoch's metrics (and tags) in one call."""

@@ -30,7 +30,7 @@ def create_sweep(body: SweepCreate, response: Response,
     response.headers["Location"] = f"/sweeps/{record.id}"
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    return to_public(record, settings)
+    return to_public(record, settings, store.trial_counts([record.id])[record.id])
 
 
 @router.get("", response_model=SweepPage)
@@ -38,13 +38,16 @@ def list_sweeps(offset: int = Query(0, ge=0, le=1_000_000_000), limit: int = Que
                 state: Literal[SWEEP_STATES] | None = None,  # type: ignore[valid-type]
                 store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
     records, total = store.page(offset, limit, state)
-    return SweepPage(items=[to_public(r, settings) for r in records], total=total, offset=offset, limit=limit)
+    counts = store.trial_counts([r.id for r in records])
+    return SweepPage(items=[to_public(r, settings, counts[r.id]) for r in records], total=total, offset=offset,
+                     limit=limit)
 
 
 @router.get("/{sweep_id}", response_model=SweepDetail)
 def read_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: RayJobs = Depends(get_jobs),
                settings: Settings = Depends(get_settings)):
-    return to_detail(refresh(store, jobs, get_sweep(store, sweep_id), settings), settings)
+    record = refresh(store, jobs, get_sweep(store, sweep_id), settings)
+    return to_detail(record, settings, store.trial_counts([sweep_id])[sweep_id])
 
 
 @router.get("/{sweep_id}/trials", response_model=TrialPage)
@@ -60,7 +63,7 @@ def list_trials(sweep_id: str, offset: int = Query(0, ge=0, le=1_000_000_000), l
 @router.delete("/{sweep_id}", status_code=status.HTTP_202_ACCEPTED, response_model=SweepPublic)
 def delete_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: RayJobs = Depends(get_jobs),
                  settings: Settings = Depends(get_settings)):
-    return to_public(cancel_sweep(store, jobs, settings, sweep_id), settings)
+    return to_public(cancel_sweep(store, jobs, settings, sweep_id), settings, store.trial_counts([sweep_id])[sweep_id])
 
 
 def _results(store: SweepStore, settings: Settings, sweep_id: str):

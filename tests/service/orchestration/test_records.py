@@ -8,7 +8,9 @@ import uuid
 
 import pytest
 
-from service.orchestration.records import DuplicateIdempotencyKey, SweepRecord, SweepStore
+from sqlalchemy.exc import InvalidRequestError
+
+from service.orchestration.records import DuplicateIdempotencyKey, SweepRecord, SweepStore, TrialCounts
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -43,6 +45,22 @@ def test_trial_updates_and_finish(store):
     assert store.get(record.id).state == "cancelled" and store.get(record.id).finished_at is not None
     assert [(t.state, t.epoch) for t in trials] == [("succeeded", 3), ("cancelled", 1)]
     assert trials[0].metrics == {"test_error": 0.1}
+
+
+def test_progress_is_counted_in_the_database_and_a_page_of_sweeps_reads_no_trials(store):
+    record, other, empty = store.create(_record(), POINTS), store.create(_record(), POINTS), _record()
+    empty.trials_total = 0
+    store.create(empty, [])
+    store.update_trial(record.id, 0, state="succeeded", epoch=3)  # done: all 3 epochs
+    store.update_trial(record.id, 1, state="running", epoch=2)
+    store.update_trial(other.id, 0, state="diverged", epoch=1)  # done, its epochs counted as all 3
+    store.update_trial(other.id, 1, state="running", epoch=7)  # more than the sweep's epochs: counted as 3
+    assert store.trial_counts([record.id, other.id, empty.id, "nosuchsweep"]) == {
+        record.id: TrialCounts(done=1, epochs_done=5), other.id: TrialCounts(done=1, epochs_done=6),
+        empty.id: TrialCounts(), "nosuchsweep": TrialCounts()}
+    page, _ = store.page(0, 3)
+    with pytest.raises(InvalidRequestError):  # a list of sweeps never loads each one's trials
+        page[0].trials
 
 
 def test_idempotency_key_is_unique(store):

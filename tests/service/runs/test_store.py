@@ -65,6 +65,9 @@ def test_a_sweep_and_its_trials_round_trip(runs):
     run_id, tags, last = runs.trial_run("c1", "t-0")
     assert (run_id, tags["node_id"], last) == (first, "n1", 2)
     assert runs.trial_run("c1", "t-9") is None
+    assert {t: run for t, (run, _) in runs.trial_runs_by_trial_id("c1").items()} == {
+        "t-0": first, "t-1": runs.trial_run("c1", "t-1")[0]}
+    assert (runs.last_epoch(first), runs.last_epoch(runs.trial_run("c1", "t-1")[0])) == (2, 1)
     tidy = runs.tidy_frame("c1", ["trial_key"])
     assert len(tidy) == 3 and set(tidy["trial_key"]) == {"k1", "k2"} and "param.model.depth" in tidy
 

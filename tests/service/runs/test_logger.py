@@ -1,0 +1,92 @@
+"""The Tune callback that writes a sweep's trials to MLflow, driven as Tune drives it, on a real
+SQLite store: what it writes per trial, and how a driver that continues a dead one's sweep finds
+the runs already there instead of opening new ones (searching the store once, not per trial)."""
+from __future__ import annotations
+
+import pickle
+from types import SimpleNamespace
+
+import pytest
+
+from service.runs.logger import MLflowTrialLogger
+from service.runs.store import Provenance, RunStore
+from workers.trial import GridPoint, Pack, tune_config
+
+SWEEP_ID = "logger1"
+
+
+class CountingStore(RunStore):
+    """A real store that counts its searches (each a query over every run of every experiment)."""
+
+    searches = 0
+
+    def _search(self, filter_string: str) -> list:
+        type(self).searches += 1
+        return super()._search(filter_string)
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    runs = CountingStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
+    parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
+    CountingStore.searches = 0
+    return runs, exp, parent
+
+
+def _trials() -> list[SimpleNamespace]:
+    settings = {"epochs": 2, "model": {"depth": 1}}
+    alone = [SimpleNamespace(trial_id=f"t{s}", config=tune_config(settings, GridPoint("gelu", 0.01, 0.0, s)))
+             for s in range(3)]
+    pack = SimpleNamespace(trial_id="p0", config=tune_config(
+        settings, Pack([GridPoint("relu", 0.01, 0.0, s) for s in range(2)])))
+    return [*alone, pack]
+
+
+def _epoch(logger, trial, epoch: int):
+    if "pack" in trial.config["point"]:
+        result = {"members": {"0": {"epoch": epoch, "train_loss": 1.0 / epoch}, "1": {"epoch": epoch, "train_loss": 2.0}}}
+    else:
+        result = {"epoch": epoch, "train_loss": 1.0 / epoch}
+    logger.on_trial_result(0, [], trial, {**result, "node_id": "n1"})
+
+
+def test_a_new_sweep_writes_a_run_per_member_without_searching_the_store(sweep):
+    runs, exp, parent = sweep
+    logger = MLflowTrialLogger(runs, exp, parent, {"sweep_id": SWEEP_ID})
+    for trial in _trials():
+        logger.on_trial_start(0, [], trial)
+        _epoch(logger, trial, 1)
+        logger.on_trial_complete(0, [], trial)
+    assert CountingStore.searches == 0
+    table = runs.trial_runs(SWEEP_ID)
+    assert len(table) == 5 and set(table["status"]) == {"FINISHED"}
+    assert sorted(runs.trial_runs_by_trial_id(SWEEP_ID)) == ["p0/0", "p0/1", "t0", "t1", "t2"]
+
+
+@pytest.mark.parametrize("how", ["restored by Tune (unpickled)", "a new logger for the resumed sweep"])
+def test_a_continuing_driver_finds_the_dead_ones_runs_in_one_search(sweep, how):
+    runs, exp, parent = sweep
+    trials = _trials()
+    dead = MLflowTrialLogger(runs, exp, parent, {"sweep_id": SWEEP_ID})
+    saved = pickle.dumps(dead)  # Tune's experiment state, saved before any trial started
+    for trial in trials[2:]:  # the dead driver had started t2 and the pack, and logged an epoch
+        dead.on_trial_start(0, [], trial)
+        _epoch(dead, trial, 1)
+    before = runs.trial_runs_by_trial_id(SWEEP_ID)
+    CountingStore.searches = 0
+
+    logger = pickle.loads(saved) if how.startswith("restored") else MLflowTrialLogger(
+        runs, exp, parent, {"sweep_id": SWEEP_ID}, resuming=True)
+    for trial in trials:
+        logger.on_trial_start(0, [], trial)
+        _epoch(logger, trial, 1)  # epoch 1 again: not logged twice
+        _epoch(logger, trial, 2)
+        logger.on_trial_complete(0, [], trial)
+    assert CountingStore.searches == 1
+    after = runs.trial_runs_by_trial_id(SWEEP_ID)
+    assert len(runs.trial_runs(SWEEP_ID)) == 5  # a run per member, none opened twice
+    assert len(before) == 3 and all(after[t][0] == before[t][0] for t in before)  # the dead driver's runs, continued
+    for run_id, _ in after.values():
+        history = runs.client.get_metric_history(run_id, "train_loss")
+        assert sorted(m.step for m in history) == [1, 2]
