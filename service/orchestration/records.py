@@ -144,10 +144,10 @@ class SweepStore:
                 raise
         return self.get(sweep.id)
 
-    def get(self, sweep_id: str) -> SweepRecord | None:
-        """The sweep with its trials."""
+    def get(self, sweep_id: str, with_trials: bool = True) -> SweepRecord | None:
+        """The sweep, with its trials unless ``with_trials`` is False."""
         with self.session() as session:
-            return session.get(SweepRecord, sweep_id, options=[selectinload(SweepRecord.trials)])
+            return session.get(SweepRecord, sweep_id, options=[selectinload(SweepRecord.trials)] if with_trials else [])
 
     def by_idempotency_key(self, key: str) -> SweepRecord | None:
         with self.session() as session:

@@ -229,8 +229,8 @@ def cancel_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, sweep_id:
     return store.get(sweep_id)
 
 
-def get_sweep(store: SweepStore, sweep_id: str) -> SweepRecord:
-    record = store.get(sweep_id)
+def get_sweep(store: SweepStore, sweep_id: str, with_trials: bool = True) -> SweepRecord:
+    record = store.get(sweep_id, with_trials)
     if record is None:
         raise SubmissionError(404, f"no sweep {sweep_id!r}")
     return record

@@ -55,7 +55,7 @@ def list_trials(sweep_id: str, offset: int = Query(0, ge=0, le=1_000_000_000), l
                 state: Literal[TRIAL_STATES] | None = None,  # type: ignore[valid-type]
                 store: SweepStore = Depends(get_store)):
     """The sweep's trials in grid order, a page at a time (a large sweep's detail is long)."""
-    get_sweep(store, sweep_id)
+    get_sweep(store, sweep_id, with_trials=False)
     trials, total = store.trial_page(sweep_id, offset, limit, state)
     return TrialPage(items=[TrialPublic.model_validate(t) for t in trials], total=total, offset=offset, limit=limit)
 
@@ -67,7 +67,7 @@ def delete_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: Ra
 
 
 def _results(store: SweepStore, settings: Settings, sweep_id: str):
-    get_sweep(store, sweep_id)
+    get_sweep(store, sweep_id, with_trials=False)
     try:
         return sweep_results(settings.resolved_tracking_uri, sweep_id)
     except SweepNotFound:

@@ -61,6 +61,9 @@ def test_progress_is_counted_in_the_database_and_a_page_of_sweeps_reads_no_trial
     page, _ = store.page(0, 3)
     with pytest.raises(InvalidRequestError):  # a list of sweeps never loads each one's trials
         page[0].trials
+    with pytest.raises(InvalidRequestError):  # nor does a sweep looked up only to check it is there
+        store.get(record.id, with_trials=False).trials
+    assert len(store.get(record.id).trials) == 2
 
 
 def test_idempotency_key_is_unique(store):
