@@ -257,7 +257,7 @@ class CompiledStep:
         net, batch = self.net, x.shape[1]
         widths = [w.shape[2] for w, active in zip(net.weights, net.activated) if active]
         noises = tuple(net.dropout_noise((len(members), batch, width), x.device, members) for width in widths)
-        groups = tuple((name, start, end) for name, start, end in net._groups(members))
+        groups = tuple(net._groups(members))
         return self.losses(tuple(net.weights), tuple(net.biases), x, y, groups, tuple(net.activated), noises, self.task)
 
 

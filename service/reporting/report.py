@@ -50,16 +50,22 @@ def protocol_line(results: SweepResults) -> str:
             f"error where the network reconstructs its input.")
 
 
+def _execution(results: SweepResults) -> dict:
+    """The spec's execution settings that reports show, with their defaults (older specs lack some)."""
+    execution = (results.spec or {}).get("execution", {})
+    return {k: execution.get(k, default) for k, default in (("mode", "per_trial"), ("dtype", "fp32"), ("compile", False))}
+
+
 def execution_line(results: SweepResults) -> str:
     """How the trials ran, where that changes their numbers: the matmul precision (execution.dtype)."""
-    execution = (results.spec or {}).get("execution", {})
-    dtype, mode = execution.get("dtype", "fp32"), execution.get("mode", "per_trial")
+    execution = _execution(results)
+    dtype, mode = execution["dtype"], execution["mode"]
     how = {"fp32": "fp32", "tf32": "TF32 matmuls on a GPU (fp32 elsewhere)",
            "bf16": "bf16 matmuls (autocast), fp32 master weights and optimiser state: an exploratory precision "
                    "(docs/speed.md measures its cost)"}[dtype]
     if results.sources:  # exports: their sweeps may have run per trial or fused (the sources table says which)
         return f"Precision: {how}."
-    packed = "fused packs" + (", compiled" if execution.get("compile") else "") if mode == "fused" else "one trial each"
+    packed = "fused packs" + (", compiled" if execution["compile"] else "") if mode == "fused" else "one trial each"
     return f"Precision: {how}; {packed}."
 
 
@@ -175,8 +181,7 @@ def to_json(results: SweepResults) -> dict:
     return {"sweep_id": results.sweep_id, "experiment": results.experiment,
             "protocol": {"aggregate": "median", "select_lr_by": results.select_lr_by,
                          "headline_metric": results.headline_metric},
-            "execution": {k: (results.spec or {}).get("execution", {}).get(k, default)
-                          for k, default in (("mode", "per_trial"), ("dtype", "fp32"), ("compile", False))},
+            "execution": _execution(results),
             "mlflow": {"experiment_id": results.experiment_id, "parent_run_id": results.parent_run_id},
             "results": results.rows(), "retrained": results.rows(results.retrained),
             "reported": _finite([asdict(r) for r in reported]), "verdicts": _finite([asdict(v) for v in verdicts(reported)]),
