@@ -140,7 +140,11 @@ class Execution(StrictModel):
     # per_trial: one Tune trial per grid point. fused: grid points packed pack_size at a time into
     # one Tune trial that trains them as one batched model (workers.fused); each stays its own run.
     mode: Literal["per_trial", "fused"] = "per_trial"
-    pack_size: Annotated[int, Field(ge=1, le=256)] = 12  # grid points per fused pack
+    # grid points per fused pack; auto: the most that fit in the pack's memory (workers.pack_memory)
+    pack_size: int | Literal["auto"] = 12
+    # pack_size auto: the bytes a pack may hold, in GB; unset: gpus_per_trial of the GPU's memory
+    # less 15% headroom, or on CPUs half the memory free on the node shared by the packs at once
+    pack_memory_gb: float | None = Field(None, gt=0, le=100_000)
     cpus_per_trial: float = Field(1.0, gt=0, le=1024)  # per Tune trial: a grid point, or a whole fused pack
     gpus_per_trial: float = Field(0.0, ge=0, le=64)  # fractions let several trials share one GPU
     max_concurrent_trials: Annotated[int, Field(ge=1, le=100_000)] | None = None
@@ -155,6 +159,13 @@ class Execution(StrictModel):
     # fused packs: the training step (layers, activations, masks, loss) under torch.compile, which
     # fuses the elementwise work into fewer kernels; off by default (docs/speed.md: measured here)
     compile: bool = False
+
+    @field_validator("pack_size", mode="before")
+    @classmethod
+    def _pack_size(cls, value):
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 256):
+            return value
+        raise ValueError("accepted: an integer from 1 to 256, or auto")
 
 
 class Search(StrictModel):
@@ -350,6 +361,9 @@ class SweepSpec(StrictModel):
     def _compile_takes_packs(cls, value: Execution) -> Execution:
         if value.compile and value.mode != "fused":
             raise ValueError("compile: true compiles a fused pack's step; set mode: fused, or compile: false")
+        if value.pack_memory_gb is not None and value.pack_size != "auto":
+            raise ValueError(f"pack_memory_gb sizes packs when pack_size is auto (it is {value.pack_size}); "
+                             f"set pack_size: auto, or leave pack_memory_gb out")
         return value
 
     @field_validator("lr")

@@ -48,6 +48,9 @@ def test_overrides_replace_axes_and_reach_nested_fields():
     ({"model.depht": 3}, r"model.depht: unknown field; accepted: kind, depth, width, init"),
     ({"dataset": "svhn"}, r"dataset: Input should be 'mnist', 'fashion_mnist', 'digits', 'cifar10'"),
     ({"seeds": 0}, r"seeds"),
+    ({"execution.pack_size": "big"}, r"execution.pack_size: accepted: an integer from 1 to 256, or auto \(got 'big'\)$"),
+    ({"execution.pack_size": 0}, r"execution.pack_size: accepted: an integer from 1 to 256, or auto \(got 0\)$"),
+    ({"execution.pack_memory_gb": 2}, r"execution: pack_memory_gb sizes packs when pack_size is auto"),
 ])
 def test_bad_values_name_the_field_and_what_is_accepted(overrides, message):
     with pytest.raises(SpecError, match=message) as raised:

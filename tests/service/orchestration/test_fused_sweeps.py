@@ -1,14 +1,18 @@
 """Fused packs through the whole sweep: Ray Tune, MLflow, the aggregator (real local Ray, real store)."""
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
 from search_spaces import SpecError, load_spec, packs
-from service.orchestration.sweeps import run_sweep
+from service.orchestration.sweeps import PackMemoryError, load_splits, run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
+from workers.pack_memory import measure_footprint
+from workers.trial import TrialConfig, members, tune_config
 
 # 2 activations × 2 dropouts × 3 seeds = 12 grid points: at most 4 a pack, 4 packs of 3 on 2 slots
 SMALL = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
@@ -59,3 +63,30 @@ def test_every_member_is_its_own_run_with_the_numbers_it_has_alone(settings):
 def test_fused_needs_a_model_it_can_stack():
     with pytest.raises(SpecError, match="execution"):
         load_spec("cifar10_small", quick=True, overrides={"execution.mode": "fused"})
+
+
+def test_auto_packs_hold_what_the_memory_budget_takes(settings):
+    """pack_size auto on a budget measured to hold 3 members: 12 points in packs of at most 3."""
+    spec = load_spec("mnist_classification", quick=True, overrides={**SMALL, "execution.mode": "fused"})
+    data = load_splits(spec, settings)
+    cfgs = [TrialConfig.from_config(members(tune_config(spec.trial_base(), p))[0])
+            for p in ({p.activation: p for p in spec.grid_points()}.values())]
+    footprint = measure_footprint(cfgs, data)
+    budget_gb = (footprint.bytes(3) + footprint.per_member // 2) / 2 ** 30
+    outcome = run_sweep(load_spec("mnist_classification", quick=True, overrides={
+        **SMALL, "execution.mode": "fused", "execution.pack_size": "auto", "execution.pack_memory_gb": budget_gb}), settings)
+    assert (outcome.trials, outcome.errors) == (12, 0)
+    client = MlflowClient(settings.resolved_tracking_uri)
+    runs = sweep_results(settings.resolved_tracking_uri, outcome.sweep_id).runs
+    tags = [client.get_run(r).data.tags for r in runs["run_id"]]
+    sizes = Counter(t["pack_id"] for t in tags)
+    assert sorted(sizes.values()) == [3, 3, 3, 3]  # 4 packs: a multiple of the 2 slots, none over budget
+    assert {t["pack_size"] for t in tags} == {"3"}
+
+
+def test_a_budget_below_one_member_is_refused_by_name(settings):
+    spec = load_spec("mnist_classification", quick=True, overrides={
+        **SMALL, "execution.mode": "fused", "execution.pack_size": "auto", "execution.pack_memory_gb": 0.001})
+    with pytest.raises(PackMemoryError, match=r"execution.pack_size auto: a pack of one member needs .* GB .*"
+                                              r"raise execution.pack_memory_gb"):
+        run_sweep(spec, settings)
