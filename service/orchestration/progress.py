@@ -66,7 +66,10 @@ class LiveProgress(tune.Callback):
         self.progress.advance(self.epoch_task, self.epochs - self.seen.get(member, 0))
         self.progress.advance(self.trials)
         self.done += 1
-        detail = f"test_error {100 * last['test_error']:.2f}%" if "test_error" in last else ""
+        if cfg.get("task") == "reconstruct":  # an autoencoder's error is its loss (MSE)
+            detail = f"test_loss {last['test_loss']:.5f}" if "test_loss" in last else ""
+        else:
+            detail = f"test_error {100 * last['test_error']:.2f}%" if "test_error" in last else ""
         self.progress.console.print(f"{time.strftime('%H:%M:%S')} [{self.done}/{self.total}] {outcome:<8} "
                                     f"{cfg['activation']:<9} lr={cfg['lr']:<7g} dropout={cfg['dropout']:<4g} "
                                     f"seed={cfg['seed']}  {detail}")
