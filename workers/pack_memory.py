@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from workers.data.splits import Splits
+from workers.fused import _PackState  # the pack exactly as it trains
 from workers.train import EVAL_BATCH
 from workers.trial import TrialConfig
 
@@ -59,8 +60,6 @@ def dataset_bytes(splits: Splits) -> int:
 def step_bytes(cfgs: list[TrialConfig], splits: Splits) -> int:
     """Bytes one training step of a pack of ``cfgs`` keeps alive, without the dataset: measured on
     the CPU (persistent state and saved tensors) plus the per-member buffers of the module docstring."""
-    from workers.fused import _PackState  # (fused imports this module's users, not this module)
-
     first = cfgs[0]
     pack = _PackState(cfgs, splits, torch.device("cpu"))
     batch = min(first.batch_size, len(splits.train_y))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import ray
@@ -25,7 +25,8 @@ from service.runs.store import EXPERIMENT, PHASE, SWEEP_ID, Provenance, RunStore
 from service.settings import Settings
 from workers.data import Splits, load_dataset
 from workers.trainable import run_trial
-from workers.trial import KEY_FIELD, GridPoint, flatten, members, trial_key, tune_config
+from workers.pack_memory import measure_footprint
+from workers.trial import KEY_FIELD, GridPoint, TrialConfig, flatten, members, trial_key, tune_config
 
 
 logger = logging.getLogger("actsweep.sweeps")
@@ -125,10 +126,6 @@ def auto_pack_size(spec: SweepSpec, points: list[GridPoint], data: Splits, slots
                    budget: int | None = None) -> int:
     """The largest pack (at most 256) whose measured footprint (workers.pack_memory) fits the
     budget; packs() then deals the points over the slots. Raises PackMemoryError if none fits."""
-    from dataclasses import replace
-
-    from workers.pack_memory import measure_footprint
-    from workers.trial import TrialConfig
     budget = pack_memory_budget(spec, slots) if budget is None else budget
     one_per_activation = list({p.activation: p for p in points}.values())
     cfgs = [replace(TrialConfig.from_config(members(tune_config(spec.trial_base(), p))[0]), compile=False)
