@@ -79,7 +79,7 @@ def test_largest_pack():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_footprint_bounds_the_cuda_peak(digits):
-    from service.orchestration.sweeps import GPU_HEADROOM
+    from service.orchestration.pack_sizing import GPU_HEADROOM
     from workers.fused import train_pack
 
     cfgs = [_cfg(activation=a, seed=s, eval_train=True, eval_noise=(0.5,)) for s, a in enumerate(["gelu", "relu", "elu"] * 4)]

@@ -1,0 +1,70 @@
+"""Fused packs sized to memory (``execution.pack_size: auto``): the budget a pack may hold on its
+device, and the largest pack whose measured footprint (workers.pack_memory) fits it."""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+
+import ray
+
+from search_spaces import SweepSpec
+from workers.data import Splits
+from workers.pack_memory import measure_footprint
+from workers.trial import GridPoint, TrialConfig, members, tune_config
+
+logger = logging.getLogger("actsweep.sweeps")
+
+GPU_HEADROOM = 0.85  # of a pack's share of its GPU: the rest for the CUDA context, allocator rounding, transients
+CPU_SHARE = 0.5  # of the memory free on the driver's node, shared by the packs that run at once
+
+
+class PackMemoryError(ValueError):
+    """A memory budget too small for one member of a pack."""
+
+
+def pack_memory_budget(spec: SweepSpec, slots: int) -> int:
+    """Bytes one fused pack may hold: ``execution.pack_memory_gb`` where given; else its share of
+    a GPU (``gpus_per_trial`` of the memory a GPU worker reports, less the headroom); else, on
+    CPUs, its share of the memory free on this node."""
+    execution = spec.execution
+    if execution.pack_memory_gb is not None:
+        return int(execution.pack_memory_gb * 2 ** 30)
+    if execution.gpus_per_trial:
+        share = min(1.0, execution.gpus_per_trial)  # a pack trains on one device
+        return int(ray.get(_gpu_memory.options(num_gpus=share).remote()) * share * GPU_HEADROOM)
+    return int(_available_memory() * CPU_SHARE / slots)
+
+
+def _available_memory() -> int:
+    try:  # Linux: what the kernel can give without swapping
+        meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+        return int(meminfo["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError):
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+
+
+@ray.remote(num_cpus=0)
+def _gpu_memory() -> int:
+    import torch
+    if not torch.cuda.is_available():
+        raise RuntimeError("execution.pack_size auto: the worker given a GPU sees no CUDA device")
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+
+
+def auto_pack_size(spec: SweepSpec, points: list[GridPoint], data: Splits, slots: int,
+                   budget: int | None = None) -> int:
+    """The largest pack (at most 256) whose measured footprint (workers.pack_memory) fits the
+    budget; packs() then deals the points over the slots. Raises PackMemoryError if none fits."""
+    budget = pack_memory_budget(spec, slots) if budget is None else budget
+    one_per_activation = list({p.activation: p for p in points}.values())
+    cfgs = [replace(TrialConfig.from_config(members(tune_config(spec.trial_base(), p))[0]), compile=False)
+            for p in one_per_activation]  # (compiled steps save fewer tensors: the eager count bounds them)
+    footprint = measure_footprint(cfgs, data)
+    size = min(256, footprint.largest_pack(budget))
+    if size < 1:
+        raise PackMemoryError(f"execution.pack_size auto: a pack of one member needs "
+                              f"{footprint.bytes(1) / 2 ** 30:.2f} GB ({footprint.describe()}), more than the "
+                              f"{budget / 2 ** 30:.2f} GB budget; raise execution.pack_memory_gb or gpus_per_trial")
+    logger.info("fused packs of up to %d members: %s, budget %.2f GB per pack", size, footprint.describe(), budget / 2 ** 30)
+    return size
