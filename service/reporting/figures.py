@@ -103,8 +103,8 @@ def per_lr_figure(paint: _Painter, history: pd.DataFrame, title: str) -> bytes:
                 curve = frame[frame["metric"] == metric]
                 if len(curve):
                     paint.band(ax, curve, "epoch", activation, f"{activation} ({part})", style)
-        _epoch_axis(ax, "reconstruction error (MSE)", at_lr["value"])
-        ax.set_title(f"lr {lr:g}", fontsize=10)
+        _epoch_axis(ax, "reconstruction error (MSE)" if i == 0 else "", at_lr["value"])  # (one label: the
+        ax.set_title(f"lr {lr:g}", fontsize=10)  # panels' log tick labels would run into the others)
         ax.legend(fontsize=7)
     figure.suptitle(title, fontsize=11)
     return _png(figure)
