@@ -508,8 +508,7 @@ def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | s
 
     # -- setup: the stacked network, each member's streams, the data resident on the device --------
     pack = _PackState(cfgs, splits, device)
-    flat = [torch.as_tensor(a, device=device) for a in (splits.train_x, splits.train_y, splits.val_x, splits.val_y,
-                                                          splits.test_x, splits.test_y)]
+    flat = [torch.as_tensor(a, device=device) for a in splits.arrays()]
     train_x, train_y, val_x, val_y, test_x, test_y = [t.flatten(1) if i % 2 == 0 else t for i, t in enumerate(flat)]
     data = {"train": (train_x, train_y) if first.eval_train else None, "val": (val_x, val_y) if len(val_y) else None,
             "test": (test_x, test_y), "stats": (train_x[:STATS_EXAMPLES], None)}

@@ -53,8 +53,7 @@ class PackFootprint:
 
 def dataset_bytes(splits: Splits) -> int:
     """The pack's copy of the data on its device (workers.fused.train_pack puts all of it there)."""
-    return sum(np.asarray(a).nbytes for a in (splits.train_x, splits.train_y, splits.val_x, splits.val_y,
-                                              splits.test_x, splits.test_y))
+    return sum(np.asarray(a).nbytes for a in splits.arrays())
 
 
 def step_bytes(cfgs: list[TrialConfig], splits: Splits) -> int:

@@ -205,8 +205,7 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
     # -- setup: seed, data resident on the device, model, optimiser --------------------------------
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
-    tensors = [on_device(a, device) for a in (splits.train_x, splits.train_y, splits.val_x, splits.val_y,
-                                              splits.test_x, splits.test_y)]
+    tensors = [on_device(a, device) for a in splits.arrays()]
     train_x, train_y, val_x, val_y, test_x, test_y = tensors
     model = build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation_def, cfg.dropout,
                         vocab_size=len(splits.vocab)).to(device)

@@ -145,12 +145,10 @@ class _Sweep:
             units = to_train
             if spec.execution.mode == "fused":
                 by_key = {GridPoint.of(p).key(): p for p in to_train}
-                slots = concurrent_slots(spec)
-                size = spec.execution.pack_size
+                points, slots, size = [GridPoint.of(p) for p in to_train], concurrent_slots(spec), spec.execution.pack_size
                 if size == "auto":
-                    size = auto_pack_size(spec, [GridPoint.of(p) for p in to_train], data, slots)
-                units = [{"pack": [by_key[m.key()] for m in pack.points]}
-                         for pack in packs([GridPoint.of(p) for p in to_train], size, slots)]
+                    size = auto_pack_size(spec, points, data, slots)
+                units = [{"pack": [by_key[m.key()] for m in pack.points]} for pack in packs(points, size, slots)]
             space = {**tune_config(spec.trial_base(), {}, **placement),
                      "point": tune.grid_search(units)}
         tuner = tune.Tuner(

@@ -41,12 +41,16 @@ class Splits:
         return replace(self, train_x=np.concatenate([self.train_x, self.val_x]),
                        train_y=np.concatenate([self.train_y, self.val_y]))
 
+    def arrays(self) -> tuple:
+        """The six arrays: train, validation and test inputs and targets."""
+        return self.train_x, self.train_y, self.val_x, self.val_y, self.test_x, self.test_y
+
     def fingerprint(self) -> str:
         """A hash of what the data holds (the first rows of each split, their shapes and types), so
         that the same dataset from another source or scaled otherwise (k/255 against k/256) is
         another dataset to the trial cache."""
         digest = hashlib.sha256(self.name.encode())
-        for array in (self.train_x, self.train_y, self.val_x, self.val_y, self.test_x, self.test_y):
+        for array in self.arrays():
             if hasattr(array, "paths"):  # images read from files (workers.data.imagenet)
                 digest.update("\n".join(array.paths[:256]).encode())
                 continue
