@@ -80,7 +80,7 @@ def rescaling_check(curves: pd.DataFrame) -> pd.DataFrame:
             continue
         for activation in curves.columns:
             slow, fast = curves.loc[(lr, last), activation], curves.loc[(faster[0], last // 10), activation]
-            rows.append({"lr η": lr, "activation": activation, f"at η, epoch {last}": slow,
+            rows.append({"lr η": f"{lr:g}", "activation": activation, f"at η, epoch {last}": slow,
                          f"at 10η, epoch {last // 10}": fast, "relative difference": fast / slow - 1})
     return pd.DataFrame(rows)
 
@@ -92,7 +92,7 @@ def read_at_paper_epochs(gaps: pd.DataFrame, paper_epochs: int) -> pd.DataFrame:
     for lr in sorted(gaps.index.get_level_values("lr").unique()):
         target = lr * paper_epochs
         matches = by_time[(by_time["lr_epochs"] - target).abs() <= 1e-9 + 1e-6 * target]
-        rows.append({"lr": lr, "paper's lr × epochs": target,
+        rows.append({"lr": f"{lr:g}", "paper's lr × epochs": f"{target:g}",
                      "measured at": ", ".join(f"lr {a:g} epoch {b}" for a, b in matches.index) or "beyond the data",
                      "gap there": matches["gap"].median() if len(matches) else float("nan")})
     return pd.DataFrame(rows)

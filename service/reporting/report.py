@@ -24,9 +24,14 @@ def _format(column: str, value) -> str:
     return f"{value:.1f}" if column == "best_val_epoch" else f"{value:.4f}"
 
 
-def readable_table(table: pd.DataFrame) -> pd.DataFrame:
+def readable_table(table: pd.DataFrame, task: str | None = None) -> pd.DataFrame:
+    """The grid table as it is printed; a network that reconstructs its input has no error rate, so
+    its error columns (zeros in the logs) are left out."""
     at_best = [c for c in AT_BEST_SHOWN if c in table]
-    shown = table[[c for c in SHOWN if c in table] + at_best + (["lr_chosen"] if "lr_chosen" in table else [])].copy()
+    columns = [c for c in SHOWN if c in table] + at_best + (["lr_chosen"] if "lr_chosen" in table else [])
+    if task == "reconstruct":
+        columns = [c for c in columns if "error" not in c]
+    shown = table[columns].copy()
     for column in shown.columns:
         if column.endswith(("_error", "_loss", "_eval", "_at_best_val", "best_val_epoch")):
             shown[column] = shown[column].map(lambda v, c=column: _format(c, v))
@@ -154,13 +159,21 @@ def learned_parameters_markdown(results: SweepResults) -> list[str]:
             table.to_markdown(index=False), ""]
 
 
+def origin_line(results: SweepResults) -> str:
+    """Where the numbers live: the sweep's MLflow runs, or the exports a record was built from."""
+    if results.sources:
+        return f"Built from the exports of sweeps {', '.join(s['sweep'] for s in results.sources)} (one row per trial and epoch)."
+    return f"MLflow: experiment {results.experiment_id}, parent run {results.parent_run_id}."
+
+
 def to_markdown(results: SweepResults) -> str:
-    readable = readable_table(results.table)
+    task = (results.spec or {}).get("task")
+    readable = readable_table(results.table, task)
     chosen = readable[results.table["lr_chosen"]].drop(columns=["chosen"])
     retrained = []
     if len(results.retrained):
         retrained = ["## Retrained on all the training data with the chosen lr (the reported number)", "",
-                     readable_table(results.retrained).to_markdown(index=False), ""]
+                     readable_table(results.retrained, task).to_markdown(index=False), ""]
     return "\n".join([
         f"# {results.experiment}: sweep {results.sweep_id}", "",
         protocol_line(results), "", execution_line(results), "",
@@ -171,7 +184,7 @@ def to_markdown(results: SweepResults) -> str:
         *learned_parameters_markdown(results),
         "## Every configuration", "",
         readable.to_markdown(index=False), "",
-        f"MLflow: experiment {results.experiment_id}, parent run {results.parent_run_id}.", "",
+        origin_line(results), "",
     ])
 
 

@@ -1,7 +1,10 @@
 """The aggregator on runs written to a real MLflow store by the real trial logger."""
 
+from dataclasses import replace
+
 import pytest
 
+from service.reporting.report import to_markdown
 from service.reporting.results import sweep_results
 from service.runs.store import SweepNotFound
 from tests.service.constructed_runs import log_trial, sweep_logger
@@ -56,6 +59,16 @@ def test_json_rows_carry_medians_and_seed_counts(store):
     rows = sweep_results(store, "s1").rows()
     assert len(rows) == 4
     assert {"activation", "dropout", "lr", "n_seeds", "test_error", "val_loss", "train_loss", "lr_chosen"} <= set(rows[0])
+
+
+def test_the_markdown_report_shows_error_columns_only_where_the_network_classifies(store):
+    results = sweep_results(store, "s1")
+    classified = to_markdown(results)
+    assert "test_error" in classified and "5.00%" in classified  # gelu at 1e-3: 0.050
+    assert f"MLflow: experiment {results.experiment_id}, parent run {results.parent_run_id}." in classified
+    reconstructed = to_markdown(replace(results, spec={**results.spec, "task": "reconstruct"}))
+    assert "error" not in reconstructed.split("## Chosen learning rate")[1]  # no column, no 0.00% row
+    assert "val_loss" in reconstructed and "train_loss_eval" in reconstructed
 
 
 def test_unknown_sweep(store):

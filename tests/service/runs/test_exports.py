@@ -162,6 +162,8 @@ def test_the_record_is_rebuilt_from_its_manifest(exported, tmp_path, capsys):
     assert main(["record", str(record / "campaign.yaml")]) == 0
     folder = record / "mnist_classification"
     assert {"report.md", "report.json", "spec.yaml", "curves_train_loss_eval.png"} <= {p.name for p in folder.iterdir()}
+    assert "Built from the exports of sweeps s0, s1" in (folder / "report.md").read_text()
+    assert "MLflow: experiment" not in (folder / "report.md").read_text()  # a record has no parent run
     index = (record / "README.md").read_text()
     assert "a test machine" in index and "[mnist_classification](mnist_classification/README.md)" in index
     assert "quick grid" in index and "`actsweep run mnist_classification --slice seed=0`" in index
