@@ -1,9 +1,10 @@
-"""Hypothesis check for the reduced autoencoder records: is an activation's place at each lr still
-moving at the last epoch (an effect of the reduced epochs), or settled?
+"""Hypothesis check on a record's training curves: where does an activation lead, and is its place
+at each lr still moving at the last epoch (an effect of reduced epochs), or settled?
 
 Reads an experiment's committed exports (EXPERIMENT/data/*.csv.gz), takes each epoch's median over
-seeds of the training reconstruction error (train_loss_eval, the papers' curves), and prints per lr
-and epoch the FOCUS activation's gap to the best of the others. Writes EXPERIMENT/gap_over_epochs.md.
+seeds of the training loss in eval mode (train_loss_eval: reconstruction error or cross-entropy, the
+papers' curves), and prints per lr and epoch the FOCUS activation's gap to the best of the others
+(``--every K``: every K-th epoch of long runs). Writes EXPERIMENT/gap_over_epochs.md.
 
 ``--initial`` adds epoch 0: each (activation, seed) network rebuilt from the export's params as the
 trainer builds it (``torch.manual_seed(seed)``, then the model) and evaluated on the training set
@@ -16,6 +17,7 @@ reads, for each lr, the order at the lr × epochs that the paper's N epochs reac
 
     python docs/reproductions/gap_over_epochs.py mnist_autoencoder --focus gelu_tanh
     python docs/reproductions/gap_over_epochs.py elu_mnist_autoencoder --focus elu --initial --paper-epochs 500
+    python docs/reproductions/gap_over_epochs.py elu_mnist_learning --focus elu --initial --every 10
 """
 from __future__ import annotations
 
@@ -40,9 +42,16 @@ def gap_to_best_other(curves: pd.DataFrame, focus: str) -> pd.DataFrame:
                          "which": others.idxmin(axis=1), "gap": curves[focus] - others.min(axis=1)})
 
 
+def leading_epochs(gap: pd.Series) -> str:
+    """The runs of epochs where the gap is negative, as "a-b, c-d"."""
+    leads = gap < 0
+    runs = [group.index for _, group in gap[leads].groupby((leads != leads.shift()).cumsum()[leads])]
+    return ", ".join(f"{r[0]}" if r[0] == r[-1] else f"{r[0]}-{r[-1]}" for r in runs) or "none"
+
+
 def initial_errors(frames: pd.DataFrame) -> pd.DataFrame:
-    """The training reconstruction error before the first step, one row per (activation, seed):
-    the spec's data and network, built as the trainer builds them."""
+    """The training loss before the first step, one row per (activation, seed): the spec's data and
+    network, built as the trainer builds them."""
     import torch
 
     from search_spaces.catalog import load_spec
@@ -53,14 +62,14 @@ def initial_errors(frames: pd.DataFrame) -> pd.DataFrame:
 
     spec = load_spec(frames["experiment"].iloc[0])
     splits = load_splits(spec, Settings())
-    x = torch.as_tensor(splits.train_x)
+    x, y = torch.as_tensor(splits.train_x), torch.as_tensor(splits.train_y)
     errors = []
     for _, trial in frames.drop_duplicates(["activation", "seed"]).iterrows():
         torch.manual_seed(int(trial["seed"]))  # as workers.train.train_epochs: the seed, then the model
         net = build_model(spec.model.model_dump(), splits.in_shape, splits.n_classes, trial["activation"],
                           float(trial["dropout"]))
         errors.append({"activation": trial["activation"], "seed": trial["seed"],
-                       METRIC: evaluate(net, x, torch.zeros(len(x)), "reconstruct")["loss"]})
+                       METRIC: evaluate(net, x, y, spec.task)["loss"]})
     return pd.DataFrame(errors)
 
 
@@ -103,6 +112,7 @@ def main() -> None:
     parser.add_argument("experiment", help="a folder of docs/reproductions with data/*.csv.gz")
     parser.add_argument("--focus", required=True, help="the activation whose gap is followed, e.g. elu or gelu_tanh")
     parser.add_argument("--initial", action="store_true", help="add epoch 0, the error at initialisation")
+    parser.add_argument("--every", type=int, default=1, help="show every K-th epoch (and 0, 1 and the last)")
     parser.add_argument("--paper-epochs", type=int, help="plain SGD only: read the order at the paper's lr × epochs")
     args = parser.parse_args()
 
@@ -113,6 +123,7 @@ def main() -> None:
     seeds = ", ".join(str(seed) for seed in sorted(frames["seed"].unique()))
     command = " ".join(["python docs/reproductions/gap_over_epochs.py", args.experiment, "--focus", args.focus]
                        + (["--initial"] if args.initial else [])
+                       + ([f"--every {args.every}"] if args.every != 1 else [])
                        + ([f"--paper-epochs {args.paper_epochs}"] if args.paper_epochs else []))
     others = " and ".join(sorted(set(frames["activation"]) - {args.focus}))
     lines = [f"# {args.focus}'s gap to the best other activation, epoch by epoch ({METRIC}, median over seeds {seeds})", "",
@@ -132,9 +143,11 @@ def main() -> None:
         table = table.droplevel("lr")
         first, last = table["gap"].iloc[0], table["gap"].iloc[-1]
         shrinking = (table["gap"].diff().dropna() < 0).mean()
-        lines += [f"## lr {lr:g}", "", table.round(5).to_markdown(), "",
+        shown = table[[epoch <= 1 or epoch % args.every == 0 or epoch == table.index[-1] for epoch in table.index]]
+        lines += [f"## lr {lr:g}", "", shown.round(5).to_markdown(), "",
                   f"Gap at epoch {table.index[0]}: {first:+.5f}; at epoch {table.index[-1]}: {last:+.5f}; "
-                  f"it fell in {shrinking:.0%} of the epoch steps.", ""]
+                  f"it fell in {shrinking:.0%} of the epoch steps. {args.focus} leads at epochs: "
+                  f"{leading_epochs(table['gap'])}.", ""]
 
     if args.paper_epochs:
         sgd = set(frames["param.optimizer"].dropna()) == {"sgd"} and not frames["param.momentum"].fillna(0).any()

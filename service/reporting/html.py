@@ -12,7 +12,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from service.reporting.aggregate import SweepResults
-from service.reporting.report import (claim_verdicts_table, execution_line, learned_parameters_table,
+from service.reporting.report import (claim_verdicts_table, execution_line, format_value, learned_parameters_table,
                                       paper_terms_table, protocol_line, readable_table, verdicts_table)
 from service.settings import mask_secrets
 
@@ -43,7 +43,7 @@ def _trial_links(results: SweepResults, run_url) -> pd.DataFrame:
         "phase": runs["phase"], "activation": runs["activation"].map(html.escape), "dropout": runs["dropout"],
         "lr": runs["lr"].map(lambda v: f"{v:g}"), "seed": runs["seed"], "status": runs["status"],
         "diverged": runs["diverged"].map(lambda d: "yes" if d else ""),
-        metric: runs[metric].map(lambda v: "–" if pd.isna(v) else (f"{100 * v:.2f}%" if "error" in metric else f"{v:.4f}")),
+        metric: runs[metric].map(lambda v: format_value(metric, v)),
     })
 
 

@@ -21,7 +21,9 @@ def _format(column: str, value) -> str:
         return "–"
     if "error" in column:
         return f"{100 * value:.2f}%"
-    return f"{value:.1f}" if column == "best_val_epoch" else f"{value:.4f}"
+    if column == "best_val_epoch":
+        return f"{value:.1f}"
+    return f"{value:.4f}" if abs(value) >= 0.01 or value == 0 else f"{value:.3g}"  # 0.000212, not 0.0002
 
 
 def readable_table(table: pd.DataFrame, task: str | None = None) -> pd.DataFrame:

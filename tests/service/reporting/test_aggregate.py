@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from service.reporting.report import to_markdown
+from service.reporting.report import format_value, to_markdown
 from service.reporting.results import sweep_results
 from service.runs.store import SweepNotFound
 from tests.service.constructed_runs import log_trial, sweep_logger
@@ -69,6 +69,13 @@ def test_the_markdown_report_shows_error_columns_only_where_the_network_classifi
     reconstructed = to_markdown(replace(results, spec={**results.spec, "task": "reconstruct"}))
     assert "error" not in reconstructed.split("## Chosen learning rate")[1]  # no column, no 0.00% row
     assert "val_loss" in reconstructed and "train_loss_eval" in reconstructed
+
+
+def test_small_losses_keep_three_significant_digits():
+    # ELU Fig. 2's training losses end near 1e-4: four decimals would print 0.0002 vs 0.0001
+    assert [format_value("train_loss", v) for v in (0.1207, 0.000212, 0.000114, 0.0)] == \
+        ["0.1207", "0.000212", "0.000114", "0.0000"]
+    assert format_value("test_error", 0.0213) == "2.13%"
 
 
 def test_unknown_sweep(store):
