@@ -58,7 +58,8 @@ def to_html(results: SweepResults, figures: dict[str, bytes], mlflow_ui_url: str
         return f"{experiment_url}/runs/{run_id}"
 
     spec = results.spec or {}
-    readable = readable_table(results.table, spec.get("task"))
+    task = spec.get("task")
+    readable = readable_table(results.table, task)
     has_table = bool(spec) and len(results.table)
     verdicts = verdicts_table(results) if has_table else pd.DataFrame()
     ranked = claim_verdicts_table(results) if has_table else pd.DataFrame()
@@ -75,7 +76,7 @@ def to_html(results: SweepResults, figures: dict[str, bytes], mlflow_ui_url: str
         claims=spec.get("claims", []),
         figures=[(name, base64.b64encode(png).decode()) for name, png in sorted(figures.items())],
         chosen=_table(_escaped(readable[results.table["lr_chosen"]].drop(columns=["chosen"]))) if len(readable) else "",
-        retrained=_table(_escaped(readable_table(results.retrained, spec.get("task")))) if len(results.retrained) else None,
+        retrained=_table(_escaped(readable_table(results.retrained, task))) if len(results.retrained) else None,
         learned=_table(_escaped(learned)) if len(learned := learned_parameters_table(results)) else None,
         every=_table(_escaped(readable)), trials=_table(_trial_links(results, run_url)),
         spec_text=yaml.safe_dump(spec, sort_keys=False, allow_unicode=True),

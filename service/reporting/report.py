@@ -16,8 +16,10 @@ SHOWN = ["activation", "dropout", "lr", "n_seeds", "n_diverged", "train_loss", "
 AT_BEST_SHOWN = ["best_val_epoch", "val_error_at_best_val", "test_error_at_best_val"]  # report_epoch: best_val_epoch
 
 
-def _format(column: str, value) -> str:
-    if pd.isna(value):
+def format_value(column: str, value: float | None) -> str:
+    """One number as every report prints it: errors in %, losses to 4 decimals (3 significant digits
+    below 0.01), "–" where there is none."""
+    if value is None or pd.isna(value):
         return "–"
     if "error" in column:
         return f"{100 * value:.2f}%"
@@ -36,7 +38,7 @@ def readable_table(table: pd.DataFrame, task: str | None = None) -> pd.DataFrame
     shown = table[columns].copy()
     for column in shown.columns:
         if column.endswith(("_error", "_loss", "_eval", "_at_best_val", "best_val_epoch")):
-            shown[column] = shown[column].map(lambda v, c=column: _format(c, v))
+            shown[column] = shown[column].map(lambda v, c=column: format_value(c, v))
     if "n_diverged" in shown:  # "2 of 5" where seeds diverged (left out of the medians), else blank
         total = table["n_seeds"] + table["n_diverged"]
         shown["n_diverged"] = [f"{d} of {n}" if d else "" for d, n in zip(table["n_diverged"], total)]
@@ -74,12 +76,6 @@ def execution_line(results: SweepResults) -> str:
         return f"Precision: {how}."
     packed = "fused packs" + (", compiled" if execution["compile"] else "") if mode == "fused" else "one trial each"
     return f"Precision: {how}; {packed}."
-
-
-def format_value(metric: str, value: float | None) -> str:
-    if value is None or pd.isna(value):
-        return "–"
-    return _format(metric, value)
 
 
 def paper_terms_table(results: SweepResults) -> pd.DataFrame:
