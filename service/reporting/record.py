@@ -36,6 +36,20 @@ class RecordEntry:
     # where a claim does not reproduce, a stated hypothesis for why, tested on the same exports read
     # under another spec (YAML beside the manifest): [{name, question, spec}]
     hypotheses: list[dict] = field(default_factory=list)
+    # a hypothesis tested by a script whose page is committed in the folder (e.g. gap_over_epochs.md):
+    # [{page, question, verdict (one line, for the index), finding}]
+    analyses: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Tested:
+    """A tested hypothesis as the index and the experiment's page list it."""
+
+    label: str
+    page: str  # relative to the experiment's folder
+    question: str
+    verdict: str  # one line
+    finding: str = ""
 
 
 def read_manifest(path: Path) -> tuple[dict, list[RecordEntry]]:
@@ -97,15 +111,23 @@ def build_record(manifest: Path) -> list[Path]:
             page.write_text(f"# Hypothesis: {hypothesis['question']}\n\nThe same exports, read under "
                             f"`{hypothesis['spec']}`.\n\n{render(variant, 'md')}")
             written.append(page)
-            tested.append((hypothesis["name"], hypothesis["question"], _summary(variant)[1]))
+            tested.append(Tested(hypothesis["name"], f"hypotheses/{hypothesis['name']}.md", hypothesis["question"],
+                                 _summary(variant)[1]))
+        for analysis in entry.analyses:
+            missing = {"page", "question", "verdict", "finding"} - set(analysis)
+            if missing or not (folder / analysis["page"]).is_file():
+                raise ExportError(f"record: {entry.name}: analyses needs page, question, verdict and finding, and the "
+                                  f"page in the folder (missing: {', '.join(sorted(missing)) or analysis['page']})")
+            tested.append(Tested(Path(analysis["page"]).stem, analysis["page"], analysis["question"],
+                                 analysis["verdict"], analysis["finding"]))
         (folder / "README.md").write_text(_experiment_page(entry, spec, results, wall, commits, tested))
         written.append(folder / "README.md")
         index.append({"experiment": f"[{entry.name}]({entry.name}/README.md)",
                       "paper, section": f"{spec.paper.upper()} {spec.section}", "paper's claim or number": paper,
                       "ours (median [95% interval], seeds)": ours, "verdicts": verdict,
                       "protocol deviations": "; ".join(entry.deviations) or "none",
-                      "hypotheses tested": "<br>".join(f"[{name}]({entry.name}/hypotheses/{name}.md): {verdict}"
-                                                       for name, _, verdict in tested) or "–",
+                      "hypotheses tested": "<br>".join(f"[{t.label}]({entry.name}/{t.page}): {t.verdict}"
+                                                       for t in tested) or "–",
                       "wall time": f"{wall / 3600:.2f} h" if wall >= 3600 else f"{wall / 60:.0f} min",
                       "commit": ", ".join(commits),
                       "command": "<br>".join(f"`{c}`" for c in entry.commands)})
@@ -115,7 +137,7 @@ def build_record(manifest: Path) -> list[Path]:
 
 
 def _experiment_page(entry: RecordEntry, spec, results, wall: float, commits: list[str],
-                     tested: list[tuple[str, str, str]]) -> str:
+                     tested: list[Tested]) -> str:
     import pandas as pd
 
     figures = sorted(p for p in render_figures(results))
@@ -132,8 +154,9 @@ def _experiment_page(entry: RecordEntry, spec, results, wall: float, commits: li
         "([report.json](report.json) the same as data)",
         *[f"- [{name}]({name})" for name in figures],
         "- [spec.yaml](spec.yaml): the spec the reports read the data under; the data in [data/](data/)", "",
-        *(["## Hypotheses tested", "", *[f"- [{question}](hypotheses/{name}.md): {verdict}"
-                                          for name, question, verdict in tested], ""] if tested else []),
+        *(["## Hypotheses tested", "", *[f"- [{t.question}]({t.page}): {t.verdict}" + (f". {t.finding}" if t.finding else "")
+                                          for t in tested],
+           ""] if tested else []),
         "## How to run it again", "",
         "```bash", *entry.commands, "```", "",
         "The sweeps, as exported:", "", sources, "",

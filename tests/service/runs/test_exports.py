@@ -172,3 +172,15 @@ def test_the_record_is_rebuilt_from_its_manifest(exported, tmp_path, capsys):
     assert "lowest median val_error" in (folder / "hypotheses" / "by_error.md").read_text()
     page = (folder / "README.md").read_text()
     assert "does choosing by error change it?" in page and "actsweep run mnist_classification --slice seed=0" in page
+
+    # a hypothesis tested by a script: its page must be in the folder, and the index links it with its verdict
+    (record / "campaign.yaml").write_text((record / "campaign.yaml").read_text() + (
+        "    analyses:\n      - {page: gaps.md, question: 'is it the epochs?', verdict: 'no: the gap stays',"
+        " finding: 'gaps.md follows the gap.'}\n"))
+    assert main(["record", str(record / "campaign.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "mnist_classification: analyses needs" in err and "(missing: gaps.md)" in err
+    (folder / "gaps.md").write_text("# the gap, epoch by epoch\n")
+    assert main(["record", str(record / "campaign.yaml")]) == 0
+    assert "[gaps](mnist_classification/gaps.md): no: the gap stays" in (record / "README.md").read_text()
+    assert "- [is it the epochs?](gaps.md): no: the gap stays. gaps.md follows the gap." in (folder / "README.md").read_text()
