@@ -133,7 +133,22 @@ class Protocol(StrictModel):
     # GELU paper §3.5 (CIFAR-10): after choosing the lr on validation, train again on all the
     # training data and report that run's test error
     retrain_on_full: bool = False
+    # the verdicts (service.reporting.statistics, docs/statistics.md): the family-wise error rate
+    # of a record's claims (Holm), and the smallest effect of interest, as a fraction of the
+    # comparator's median: the margin of a "ties or outperforms" claim, and the effect below which
+    # an undecided claim is called too small to chase with more seeds
+    alpha: float = Field(0.05, gt=0, lt=0.5)
+    smallest_effect: float = Field(0.02, gt=0, lt=1)
     notes: Annotated[list[Short], Field(max_length=100)] = []
+
+
+class UntilDecided(StrictModel):
+    """Seeds until the claims are decided (docs/statistics.md): after the spec's seeds, rounds of
+    ``seeds_per_round`` more for the configurations an undecided claim involves, up to ``max_seeds``;
+    each round is a look of a group-sequential design (service.reporting.sequential)."""
+
+    max_seeds: int = Field(20, ge=2, le=1000)
+    seeds_per_round: int = Field(2, ge=1, le=1000)
 
 
 class Execution(StrictModel):
@@ -220,7 +235,16 @@ class RankingClaim(StrictModel):
     every other activation of the sweep. The report gives a verdict per pair (service.reporting.paper_table)."""
 
     text: str = ""
+    words: Short = ""  # the paper's own words for the claim, quoted in the report
+    source: Short = ""  # where the paper makes it: "§3.1, Figure 2"
     best: ActivationName
+    # only these others (default: every other activation of the sweep): no verdict compares
+    # configurations that the paper does not compare
+    against: Annotated[list[ActivationName], Field(max_length=64)] = []
+    # lower: best is lower than each other (a two-sided paired t-test decides the order);
+    # ties_or_better: best is no worse than each other by more than protocol.smallest_effect
+    # ("ties or significantly outperforms", GELU Fig. 4; a non-inferiority test, one half of TOST)
+    kind: Literal["lower", "ties_or_better"] = "lower"
     metric: str | None = None  # default: protocol.headline_metric; lower is better
     # final: each trial's last value; mean_over_epochs: the mean of its curve (lower all along,
     # "faster"); first_epoch_below: the first epoch the value is at most ``threshold`` (sooner is better;
@@ -290,6 +314,7 @@ class SweepSpec(StrictModel):
     slice: Slice = Slice()  # run only this part of the grid (actsweep run --slice seed=0)
 
     protocol: Protocol = Protocol()
+    until_decided: UntilDecided | None = None  # seeds in rounds until every claim is decided (or the budget)
     claims: Annotated[list[Short], Field(max_length=100)] = []  # the paper's words, shown in the report
     ranking_claims: Annotated[list[RankingClaim], Field(max_length=100)] = []  # the orderings among them that the report checks
     paper_numbers: Annotated[list[PaperNumber], Field(max_length=100)] = []
@@ -335,6 +360,9 @@ class SweepSpec(StrictModel):
         for block, key in (("ranking_claims", "best"), ("paper_numbers", "activation")):
             if isinstance(raw.get(block), list):
                 raw[block] = [{**c, key: canonical(c[key])} if isinstance(c, dict) and key in c else c for c in raw[block]]
+        for claim in raw.get("ranking_claims") or []:
+            if isinstance(claim, dict) and isinstance(claim.get("against"), list):
+                claim["against"] = [canonical(a) for a in claim["against"]]
         return raw
 
     def activation_def(self, name: str):
@@ -463,6 +491,39 @@ class SweepSpec(StrictModel):
             raise ValueError(f"the grid has {self.trial_count} trials (activations × dropouts × lrs × seeds); "
                              f"a spec may have at most {MAX_TRIALS}")
         return self
+
+    @model_validator(mode="after")
+    def _until_decided_extends_a_grid(self) -> "SweepSpec":
+        plan = self.until_decided
+        if plan is None:
+            return self
+        if self.search is not None or self.protocol.retrain_on_full:
+            raise ValueError("until_decided: takes a grid of lrs without retraining (not search or "
+                             "protocol.retrain_on_full)")
+        if plan.max_seeds <= len(self.seed_list):
+            raise ValueError(f"until_decided.max_seeds: more than the {len(self.seed_list)} seeds the spec starts "
+                             f"with (got {plan.max_seeds})")
+        if self.slice.seed is not None:
+            raise ValueError("until_decided: adds seeds itself; give no slice of seeds")
+        return self
+
+    def sequential_seeds(self) -> list[int]:
+        """until_decided: every seed a sweep may use, in the order rounds add them (the spec's, then
+        the next integers)."""
+        seeds = self.seed_list
+        extra = self.until_decided.max_seeds - len(seeds) if self.until_decided else 0
+        return seeds + list(range(max(seeds, default=-1) + 1, max(seeds, default=-1) + 1 + max(extra, 0)))
+
+    def look_sizes(self) -> list[int]:
+        """until_decided: the seed counts at which claims are looked at: the spec's seeds, then
+        every round's, up to max_seeds."""
+        if self.until_decided is None:
+            return [len(self.seed_list)]
+        sizes, n = [len(self.seed_list)], len(self.seed_list)
+        while n < self.until_decided.max_seeds:
+            n = min(n + self.until_decided.seeds_per_round, self.until_decided.max_seeds)
+            sizes.append(n)
+        return sizes
 
     def searched_pairs(self) -> list[tuple[str, float]]:
         """The (activation, dropout) pairs of the grid (its slice's); with ``search``, each gets its own lr search."""

@@ -82,6 +82,11 @@ def cmd_run(args) -> int:
         overrides[f"slice.{axis}"] = values if isinstance(values, list) else [values]
     if args.rerun:
         overrides["execution.rerun"] = True
+    if args.until_decided:
+        overrides["until_decided"] = {k: v for k, v in (("max_seeds", args.max_seeds),
+                                                         ("seeds_per_round", args.seeds_per_round)) if v is not None}
+    elif args.max_seeds is not None or args.seeds_per_round is not None:
+        raise SpecError("--max-seeds and --seeds-per-round go with --until-decided")
     spec = load_spec(args.experiment, quick=args.quick, overrides=overrides)
     from workers.activations import probe
 
@@ -102,8 +107,11 @@ def cmd_run(args) -> int:
     dashboard = connect_ray(settings)
     console.print(f"MLflow: {settings.resolved_tracking_uri}   Ray dashboard: {dashboard or 'not running'}")
     progress = LiveProgress(spec.trial_count, spec.epochs, console)
+    if spec.until_decided:
+        console.print(f"Seeds until decided: looks at {', '.join(map(str, spec.look_sizes()))} seeds, more seeds "
+                      f"only for the configurations of open claims")
     outcome = run_sweep(spec, settings, splits=splits, sweep_id=sweep_id, quick=args.quick, name=args.name,
-                        callbacks=(progress,), on_reused=progress.reused)
+                        callbacks=(progress,), on_reused=progress.reused, on_round=progress.round)
     progress.progress.stop()  # Tune stops it, unless every trial came from the cache
 
     results = sweep_results(settings.resolved_tracking_uri, outcome.sweep_id)  # read back from MLflow
@@ -228,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help='end with one JSON object {"sweep_id", "results"}')
     run.add_argument("--rerun", action="store_true",
                      help="train every trial, even those an earlier sweep already trained identically")
+    run.add_argument("--until-decided", action="store_true",
+                     help="after the spec's seeds, add seeds in rounds to the configurations of undecided claims "
+                          "until every claim is decided or --max-seeds (a group-sequential design, docs/statistics.md)")
+    run.add_argument("--max-seeds", type=int, metavar="N", help="with --until-decided: the seed budget (default 20)")
+    run.add_argument("--seeds-per-round", type=int, metavar="K", help="with --until-decided: seeds added per round "
+                                                                      "(default 2)")
     run.set_defaults(handler=cmd_run)
 
     report = commands.add_parser("report", help="print the tables of a finished sweep")

@@ -39,7 +39,7 @@ class Family:
 # name → family; workers.activations.FUNCTIONS computes each (defaults = the papers' settings)
 FAMILIES: dict[str, Family] = {
     "relu": Family(doc="max(0, x)"),
-    "gelu": Family({"mu": 0.0, "sigma": 1.0}, doc="x·P(X ≤ x), X ~ N(mu, sigma²) (GELU paper §2); → relu as sigma → 0"),
+    "gelu": Family({"mu": 0.0, "sigma": 1.0}, doc="x·P(X ≤ x), X ~ N(mu, sigma²) (GELU paper §2); → relu as sigma → 0 (§5 of the final version)"),
     "gelu_tanh": Family(doc="0.5x(1 + tanh[√(2/π)(x + 0.044715x³)]), the GELU paper's approximation"),
     "elu": Family({"alpha": 1.0}, doc="x if x > 0 else alpha·(eˣ − 1) (Clevert et al.)"),
     "lrelu": Family({"slope": 0.1}, doc="x if x > 0 else slope·x (slope 0.1 as in the ELU paper)"),

@@ -47,7 +47,9 @@ class MLP(nn.Module):
 class Autoencoder(nn.Module):
     """Encoder ``hidden`` (e.g. 1000-500-250-30) and its mirror as decoder; the activation after
     every hidden layer but the code layer, which is linear; a linear output, trained with MSE
-    (GELU paper §3.2, ELU paper §4.2)."""
+    (GELU paper §3.2, ELU paper §4.1.2). Neither paper says whether the 30-unit code layer
+    has a nonlinearity; a linear code layer is Hinton & Salakhutdinov's (2006) autoencoder, the one
+    both papers' architecture follows."""
 
     def __init__(self, in_dim: int, hidden: list[int], activation, dropout: float = 0.0,
                  init: str = "torch_default"):

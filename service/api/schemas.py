@@ -7,6 +7,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
+class UntilDecidedCreate(BaseModel):
+    """Seeds until the claims are decided: rounds of ``seeds_per_round`` more seeds for the
+    configurations of undecided claims, up to ``max_seeds`` (docs/statistics.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_seeds: int = Field(default=20, ge=2, le=1000)
+    seeds_per_round: int = Field(default=2, ge=1, le=1000)
+
+
 class SweepCreate(BaseModel):
     """``POST /sweeps``: a catalog experiment (or a spec of one's own, sent inline), optionally its
     quick variant, and overrides by the same field names as the CLI's ``--set`` (grid axes as lists)."""
@@ -25,6 +35,8 @@ class SweepCreate(BaseModel):
     name: str | None = Field(default=None, max_length=200)
     rerun: bool = Field(default=False, description="train every trial even where an identical one already "
                                                    "finished (otherwise its run is reused and the trial says so)")
+    until_decided: UntilDecidedCreate | None = Field(
+        default=None, description="after the spec's seeds, add seeds in rounds until every claim is decided")
 
     @model_validator(mode="after")
     def _one_spec(self) -> "SweepCreate":
@@ -75,6 +87,8 @@ class SweepPublic(BaseModel):
     finished_at: dt.datetime | None
     progress: Progress
     links: Links
+    # until_decided: the last look: {look, seeds, max_seeds, decided: {claim: verdict}, open: [claims]}
+    sequential: dict[str, Any] | None = None
 
     @field_validator("created_at", "started_at", "finished_at")
     @classmethod

@@ -26,7 +26,8 @@ def to_public(record: SweepRecord, settings: Settings, counts: TrialCounts) -> S
     return SweepPublic(id=record.id, name=record.name, experiment=record.experiment, quick=record.quick,
                        overrides=record.overrides, state=record.state, error=record.error,
                        created_at=record.created_at, started_at=record.started_at, finished_at=record.finished_at,
-                       progress=_progress(record, counts), links=_links(record, settings))
+                       progress=_progress(record, counts), links=_links(record, settings),
+                       sequential=record.sequential)
 
 
 def to_detail(record: SweepRecord, settings: Settings, counts: TrialCounts) -> SweepDetail:

@@ -46,6 +46,7 @@ def drive(sweep_id: str) -> int:
             on_parent_run=lambda exp_id, run_id: store.update(
                 sweep_id, mlflow_experiment_id=exp_id, mlflow_parent_run_id=run_id),
             on_reused=lambda reused: _record_reused(store, sweep_id, positions, reused, spec.epochs),
+            on_round=lambda state, points: _record_round(store, sweep_id, positions, state, points),
             resume_parent_run_id=resume_parent_run_id)
     except KeyboardInterrupt:
         store.finish(sweep_id, "cancelled")
@@ -60,6 +61,15 @@ def drive(sweep_id: str) -> int:
     else:
         store.finish(sweep_id, "succeeded")
     return 0
+
+
+def _record_round(store: SweepStore, sweep_id: str, positions: dict, state: dict, points) -> None:
+    """until_decided: the look's state on the record, and the next round's trials as pending ones
+    (a replaced driver finds those it had added already)."""
+    store.update(sweep_id, sequential={k: v for k, v in state.items() if k != "pairs"})
+    new = [p for p in points if p.key() not in positions]
+    if new:
+        positions.update(store.add_trials(sweep_id, [p.as_dict() for p in new]))
 
 
 def _record_reused(store: SweepStore, sweep_id: str, positions: dict, reused, epochs: int) -> None:

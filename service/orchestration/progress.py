@@ -91,6 +91,21 @@ class LiveProgress(tune.Callback):
     def on_experiment_end(self, trials, **info):
         self.progress.stop()
 
+    def round(self, state: dict, points: list) -> None:
+        """until_decided: after a look, its seeds and the claims still open; the next round's trials
+        join the bars."""
+        self.progress.start()
+        decided = ", ".join(f"{c}: {v}" for c, v in state["decided"].items()) or "none"
+        self.progress.console.print(
+            f"{time.strftime('%H:%M:%S')} look {state['look']} at {state['seeds']} seeds (budget "
+            f"{state['max_seeds']}): {len(state['open'])} claims open; decided: {decided}")
+        if points:
+            self.progress.console.print(f"{time.strftime('%H:%M:%S')} round {state['look']}: {len(points)} more trials "
+                                        f"for {', '.join(f'{a} (dropout {d:g})' for a, d in state['pairs'])}")
+            self.total += len(points)
+            self.progress.update(self.trials, total=self.total)
+            self.progress.update(self.epoch_task, total=self.total * self.epochs)
+
     def reused(self, reused) -> None:
         """Trials not trained because an identical one had finished (service.runs.cache)."""
         self.progress.start()  # idempotent; the cache is consulted before Tune calls setup()

@@ -62,6 +62,8 @@ class SweepRecord(Base):
     ray_job_id: Mapped[str | None] = mapped_column(String(100))
     mlflow_experiment_id: Mapped[str | None] = mapped_column(String(64))
     mlflow_parent_run_id: Mapped[str | None] = mapped_column(String(64))
+    # until_decided: the last look (its seeds, the claims decided and open); None for a fixed grid
+    sequential: Mapped[dict | None] = mapped_column(JSON)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
@@ -227,6 +229,21 @@ class SweepStore:
         return True
 
     # -- trials --------------------------------------------------------------------------------------
+    def add_trials(self, sweep_id: str, trials: list[dict[str, Any]]) -> dict[tuple, int]:
+        """Append pending trials (a round of seeds until decided) after the last position; returns
+        each new trial's position by its grid key (activation, dropout, lr, seed)."""
+        with self.session() as session:
+            sweep = session.get(SweepRecord, sweep_id)
+            start = session.execute(select(func.max(TrialRecord.position))
+                                    .where(TrialRecord.sweep_id == sweep_id)).scalar() or 0
+            added = {}
+            for offset, trial in enumerate(trials, start=start + 1):
+                session.add(TrialRecord(sweep_id=sweep_id, position=offset, **trial))
+                added[(trial["activation"], trial["dropout"], trial["lr"], trial["seed"])] = offset
+            sweep.trials_total += len(trials)
+            session.commit()
+        return added
+
     def update_trial(self, sweep_id: str, position: int, **fields) -> bool:
         """Update a trial: a new ``state`` only where its state machine allows it, other fields only
         while it has not ended (or with the state that ends it). False where nothing was written."""

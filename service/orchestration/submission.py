@@ -24,6 +24,7 @@ class SweepRequest(Protocol):
     overrides: dict[str, Any]
     name: str | None
     rerun: bool
+    until_decided: Any  # None, or an object with max_seeds and seeds_per_round
 
 
 class SubmissionError(Exception):
@@ -54,6 +55,9 @@ def resolve_spec(body: SweepRequest) -> SweepSpec:
     """The spec a request asks for: a catalog experiment by name, or a spec body sent inline. Never a
     path on this machine."""
     overrides = {**body.overrides, **({"execution.rerun": True} if body.rerun else {})}
+    if getattr(body, "until_decided", None) is not None:
+        overrides["until_decided"] = {"max_seeds": body.until_decided.max_seeds,
+                                      "seeds_per_round": body.until_decided.seeds_per_round}
     inline = body.spec is not None
     try:
         if inline:
@@ -103,7 +107,9 @@ def check_schedulable(spec: SweepSpec, jobs: RayJobs) -> None:
 def request_hash(body: SweepRequest) -> str:
     """What an Idempotency-Key is bound to: the request's content."""
     content = {"experiment": body.experiment, "spec": body.spec, "quick": body.quick, "overrides": body.overrides,
-               "name": body.name, "rerun": body.rerun}
+               "name": body.name, "rerun": body.rerun,
+               **({"until_decided": [body.until_decided.max_seeds, body.until_decided.seeds_per_round]}
+                  if getattr(body, "until_decided", None) is not None else {})}
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 

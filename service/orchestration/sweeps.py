@@ -200,6 +200,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
               quick: bool = False, name: str | None = None, callbacks: tuple[tune.Callback, ...] = (),
               on_parent_run: Callable[[str, str], None] | None = None,
               on_reused: Callable[[list[Reused]], None] | None = None,
+              on_round: Callable[[dict, list[GridPoint]], None] | None = None,
               resume_parent_run_id: str | None = None) -> SweepOutcome:
     """Run every trial of ``spec`` on Ray Tune and log them to MLflow; blocks until done.
 
@@ -208,6 +209,9 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     ``execution.rerun``). ``resume_parent_run_id`` continues a sweep whose driver died: its
     parent run is kept and each Tune experiment it had started is restored from its state on
     disk (Tuner.restore): finished trials stay finished, the others resume from their checkpoints.
+    With ``until_decided`` the grid is followed by rounds of seeds (:func:`seed_rounds`);
+    ``on_round(state, points)`` is called after each look with the claims' state and the points
+    the next round trains (none after the last).
     Whatever happens, the parent run ends FINISHED, FAILED or KILLED.
     """
     sweep_id = sweep_id or new_sweep_id()
@@ -230,6 +234,8 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
             sweep.fit("grid", splits, f"{search.activation}-{search.dropout:g}", search=search)
         if plan.grid:
             sweep.fit("grid", splits, "grid", points=plan.grid)
+        if spec.until_decided and plan.grid and not sweep.errors:
+            seed_rounds(sweep, splits, on_round)
         if plan.retrain_on_full and not sweep.errors:
             # GELU paper §3.5: the lr chosen on validation, then trained again on all the training data
             table = sweep_results(runs, sweep_id).table
@@ -244,6 +250,43 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
         runs.end_open_runs(sweep_id, "KILLED" if status == "KILLED" else "FAILED")
         runs.end_run(parent_run_id, status)
     return SweepOutcome(sweep_id, parent_run_id, exp_id, sweep.trained, sweep.errors, len(sweep.reused))
+
+
+def round_state(results, spec: SweepSpec) -> dict:
+    """After a look: its seeds, the claims decided and open, and the (activation, dropout) pairs
+    that the open claims involve."""
+    from service.reporting.sequential import claim_key, sequential_verdicts
+
+    outcome = sequential_verdicts(results.runs[results.runs["phase"] == "grid"], spec.model_dump(mode="json"))
+    found = outcome.numbers + outcome.claims
+    pairs = set()
+    for v in outcome.open_claims:
+        dropouts = ([float(v.where.split("dropout ")[1].split(",")[0])] if "dropout " in v.where
+                    else [d for d in spec.dropout])
+        for activation in (v.better, v.worse):
+            pairs |= {(activation, d) for d in dropouts if d in spec.dropouts_of(activation)}
+    return {"look": len(outcome.looks), "seeds": outcome.looks[-1], "max_seeds": outcome.max_seeds,
+            "decided": {claim_key(v): v.verdict for v in found if v.verdict not in ("inconclusive", "diverged")},
+            "open": [claim_key(v) for v in outcome.open_claims], "pairs": sorted(pairs)}
+
+
+def seed_rounds(sweep: "_Sweep", splits: Splits, on_round: Callable[[dict, list[GridPoint]], None] | None) -> None:
+    """until_decided: look at the claims; while some are open and seeds are left, train the next
+    round's seeds for the configurations (every lr) the open claims involve, and look again."""
+    spec = sweep.spec
+    order, sizes = spec.sequential_seeds(), spec.look_sizes()
+    for look, n in enumerate(sizes):
+        state = round_state(sweep_results(sweep.runs, sweep.sweep_id), spec)
+        last = look + 1 >= len(sizes) or not state["open"]
+        points = [] if last else [GridPoint(a, lr, d, seed) for a, d in state["pairs"] for lr in spec.lr
+                                  for seed in order[n:sizes[look + 1]]]
+        if on_round:
+            on_round(state, points)
+        if last:
+            return
+        sweep.fit("grid", splits, f"grid-seeds-{sizes[look + 1]}", points=points)
+        if sweep.errors:
+            return
 
 
 def _log_figures(runs: RunStore, sweep_id: str, parent_run_id: str) -> None:

@@ -10,7 +10,8 @@ after that is the same code on a table of runs:
   trial's lowest validation error over its epochs, and the reported number is the test error at
   that epoch (``test_error_at_best_val``, with ``best_val_epoch``);
 - derived per-trial values that the paper's figures compare: the mean over noise levels of the
-  robustness curves (Fig. 3), and a metric's mean over epochs where a claim compares whole curves.
+  robustness curves and their rise over the clean value (Fig. 3: accuracy decline, log loss
+  increase), and a metric's mean over epochs where a claim compares whole curves.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ FINAL_METRICS = ("train_loss", "train_loss_eval", "train_error_eval", "val_loss"
 AT_BEST_METRICS = ("best_val_epoch", "val_loss_at_best_val", "val_error_at_best_val", "test_loss_at_best_val",
                    "test_error_at_best_val")
 NOISE_MEANS = ("test_error_noise_mean", "test_loss_noise_mean")
+NOISE_RISES = ("test_error_noise_rise", "test_loss_noise_rise")  # mean over a > 0 less the clean a = 0 value
 NOISE = re.compile(r"test_(error|loss)_noise_([0-9.e+-]+)")
 CONFIG = ["activation", "dropout", "lr"]
 
@@ -108,10 +110,13 @@ def with_derived_metrics(runs: pd.DataFrame, spec: dict, histories: Histories | 
     mean over noise levels (GELU Fig. 3), and for each ranking claim on whole curves the metric's
     mean over epochs (and its absolute value where the claim is "closer to zero")."""
     runs = runs.copy()
-    for kind, column in zip(("error", "loss"), NOISE_MEANS):
-        levels = [c for c in runs.columns if (m := NOISE.fullmatch(c)) and m.group(1) == kind]
+    for kind, column, rise in zip(("error", "loss"), NOISE_MEANS, NOISE_RISES):
+        levels = {c: float(m.group(2)) for c in runs.columns if (m := NOISE.fullmatch(c)) and m.group(1) == kind}
         if levels:
-            runs[column] = runs[levels].mean(axis=1)
+            runs[column] = runs[list(levels)].mean(axis=1)
+            clean, noised = [c for c, a in levels.items() if a == 0], [c for c, a in levels.items() if a > 0]
+            if clean and noised:  # GELU Fig. 3 plots the accuracy decline and the log loss increase
+                runs[rise] = runs[noised].mean(axis=1) - runs[clean[0]]
     headline = spec.get("protocol", {}).get("headline_metric", "test_error")
     for claim in spec.get("ranking_claims", []):
         metric, column = claim.get("metric") or headline, claim_column(claim, headline)
@@ -135,7 +140,7 @@ def table_metrics(runs: pd.DataFrame, spec: dict) -> list[str]:
     protocol = spec.get("protocol", {})
     headline = protocol.get("headline_metric", "test_error")
     claimed = [claim_column(c, headline) for c in spec.get("ranking_claims", [])]
-    wanted = [*FINAL_METRICS, *AT_BEST_METRICS, *NOISE_MEANS, headline, *claimed]
+    wanted = [*FINAL_METRICS, *AT_BEST_METRICS, *NOISE_MEANS, *NOISE_RISES, headline, *claimed]
     return [m for m in dict.fromkeys(wanted) if m in runs]
 
 

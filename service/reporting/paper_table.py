@@ -5,11 +5,13 @@ Per activation (and per dropout rate where the paper reports them apart), the co
 the one the protocol chooses on validation: the lr (and, where the spec tunes it, the dropout)
 with the best median validation metric. Its reported number is the spec's ``headline_metric``
 (from the retrained runs where the protocol retrains on all the data), summarised by the median
-over seeds with a bootstrap 95% interval. An activation whose every configuration mostly
-diverged has no reported number: its row says so.
+over seeds with its order-statistic interval and the coverage that interval has. An activation
+whose every configuration mostly diverged has no reported number: its row says so.
 
 Orderings come from the paper's numbers (GELU 12.57% < ReLU 12.67%) and from its ranking claims,
 the orderings a paper shows in a figure without numbers (GELU Fig. 2: the lowest training loss).
+Each is a paired comparison over seeds; the claims of a sweep are one family, decided together
+with Holm's adjustment (service.reporting.statistics, docs/statistics.md).
 """
 from __future__ import annotations
 
@@ -17,14 +19,10 @@ import math
 from dataclasses import dataclass
 from itertools import combinations
 
-import numpy as np
 import pandas as pd
-from scipy import stats
 
+from service.reporting import statistics as st
 from service.reporting.aggregate import claim_column, mostly_diverged, selection_metric
-
-
-MIN_SEEDS_FOR_INTERVALS = 3
 
 
 @dataclass
@@ -36,6 +34,7 @@ class ReportedRow:
     median: float
     ci_low: float
     ci_high: float
+    ci_coverage: float  # of the order-statistic interval [ci_low, ci_high] (75% with 3 seeds, 93.8% with 5)
     n_seeds: int
     paper: float | None
     per_seed: dict[int, float]
@@ -55,22 +54,23 @@ class Verdict:
     verdict: str  # reproduced, not reproduced, inconclusive, diverged
     ours: tuple[float, float]  # medians of (better, worse)
     paper: tuple[float | None, float | None]
-    p_value: float | None  # paired t-test across the seeds both have
+    p_value: float | None  # the claim's test: paired t-test across the seeds both have (raw)
     n_pairs: int
     where: str = ""  # "dropout 0.5", "lr 0.001": the panel of the figure the pair belongs to
+    kind: str = "lower"  # lower, or ties_or_better (non-inferiority at margin)
+    words: str = ""  # the paper's words for the claim
+    source: str = ""  # where the paper makes it
+    margin: float | None = None  # ties_or_better: the absolute margin (smallest_effect × the other's median)
+    p_adjusted: float | None = None  # Holm, over the sweep's family of claims
+    effect: st.PairedComparison | None = None
+    seeds_needed: str = ""  # an undecided claim: how many seeds would decide it, or why none would
+    towards: str = ""  # the order the test leans to: "reproduced" or "not reproduced"
 
 
-def median_with_interval(values: list[float], seed: int = 0) -> tuple[float, float, float]:
-    """The median and a percentile-bootstrap 95% interval of the median (NaN with one value)."""
-    data = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
-    if len(data) == 0:
-        return math.nan, math.nan, math.nan
-    median = float(np.median(data))
-    if len(data) < 2 or np.all(data == data[0]):
-        return median, (median if len(data) > 1 else math.nan), (median if len(data) > 1 else math.nan)
-    found = stats.bootstrap((data,), np.median, confidence_level=0.95, n_resamples=2000, method="percentile",
-                            rng=np.random.default_rng(seed))
-    return median, float(found.confidence_interval.low), float(found.confidence_interval.high)
+def median_with_interval(values: list[float]) -> tuple[float, float, float, float]:
+    """The median, its order-statistic interval and that interval's coverage (NaN with one value)."""
+    median, interval = st.median_interval(values)
+    return median, interval.low, interval.high, interval.coverage
 
 
 def paper_number(paper_numbers: list[dict], activation: str, dropout: float, dataset: str | None) -> float | None:
@@ -117,10 +117,10 @@ def reported_rows(runs: pd.DataFrame, table: pd.DataFrame, spec: dict, metric: s
     rows = []
     for config in chosen_configs(table, spec).itertuples():
         per_seed = _seed_values(source, config.activation, config.dropout, config.lr, metric)
-        median, low, high = median_with_interval(list(per_seed.values()))
+        median, low, high, coverage = median_with_interval(list(per_seed.values()))
         epoch = getattr(config, "best_val_epoch", None) if protocol.get("report_epoch") == "best_val_epoch" else None
         rows.append(ReportedRow(config.activation, float(config.dropout), float(config.lr), metric, median, low, high,
-                                len(per_seed), paper_number(spec.get("paper_numbers", []), config.activation,
+                                coverage, len(per_seed), paper_number(spec.get("paper_numbers", []), config.activation,
                                                             float(config.dropout), spec.get("dataset")),
                                 per_seed, int(config.n_diverged),
                                 None if epoch is None or pd.isna(epoch) else float(epoch)))
@@ -130,42 +130,72 @@ def reported_rows(runs: pd.DataFrame, table: pd.DataFrame, spec: dict, metric: s
         if (activation, dropout if split else None) in reported or not mostly_diverged(group).all():
             continue
         reported.add((activation, dropout if split else None))
-        rows.append(ReportedRow(activation, float(dropout), None, metric, math.nan, math.nan, math.nan, 0,
+        rows.append(ReportedRow(activation, float(dropout), None, metric, math.nan, math.nan, math.nan, 0.0, 0,
                                 paper_number(spec.get("paper_numbers", []), activation, float(dropout),
                                              spec.get("dataset")), {}, int(group["n_diverged"].sum())))
     return sorted(rows, key=lambda r: (r.activation, r.dropout))
 
 
-def compare(better: ReportedRow, worse: ReportedRow, claim: str, paper: tuple, where: str = "") -> Verdict:
-    """Is ``better`` lower than ``worse`` (metrics here are lower-is-better)?
+def compare(better: ReportedRow, worse: ReportedRow, claim: str, paper: tuple, where: str = "", *,
+            kind: str = "lower", smallest_effect: float = 0.02, words: str = "", source: str = "") -> Verdict:
+    """The paired comparison of ``better`` and ``worse`` on the seeds both have, and its test's raw
+    p-value; the verdict comes from :func:`decide`, over the family the claim belongs to.
 
-    Reproduced: same order, and the 95% intervals are apart or a paired t-test across the seeds
-    both have gives p < 0.05. Not reproduced: the opposite order on the same evidence.
-    Inconclusive otherwise; diverged where one side has no number because its seeds diverged.
-    Intervals count only with at least :data:`MIN_SEEDS_FOR_INTERVALS` seeds a side: the
-    bootstrap interval of two values is no more than their range.
+    ``lower``: a two-sided paired t-test of mean difference 0; its sign says which order.
+    ``ties_or_better``: the margin is ``smallest_effect`` × the other's median; the claim holds when
+    the mean difference is decided below the margin (non-inferiority) and fails when decided above
+    it, each one-sided at alpha/2 (the p-value doubles the smaller one). A side whose seeds all
+    diverged has no number: the verdict is "diverged".
     """
     if better.diverged or worse.diverged:
         return Verdict(claim, better.activation, worse.activation, "diverged", (better.median, worse.median), paper,
-                       None, 0, where)
-    seeds = sorted(set(better.per_seed) & set(worse.per_seed))
-    p_value = None
-    if len(seeds) >= 2:
-        differences = [better.per_seed[s] - worse.per_seed[s] for s in seeds]
-        if np.ptp(differences) > 0:
-            p_value = float(stats.ttest_rel([better.per_seed[s] for s in seeds],
-                                            [worse.per_seed[s] for s in seeds]).pvalue)
-    same_order = better.median < worse.median
-    enough = min(better.n_seeds, worse.n_seeds) >= MIN_SEEDS_FOR_INTERVALS
-    apart = enough and (better.ci_high < worse.ci_low or worse.ci_high < better.ci_low)
-    decisive = apart or (p_value is not None and p_value < 0.05)
-    verdict = ("reproduced" if same_order else "not reproduced") if decisive else "inconclusive"
-    return Verdict(claim, better.activation, worse.activation, verdict, (better.median, worse.median), paper,
-                   p_value, len(seeds), where)
+                       None, 0, where, kind, words, source)
+    effect = st.paired_comparison(better.per_seed, worse.per_seed)
+    margin, towards, p_value = None, "", None
+    differences = [better.per_seed[s] - worse.per_seed[s] for s in sorted(set(better.per_seed) & set(worse.per_seed))]
+    if kind == "ties_or_better":
+        margin = smallest_effect * abs(worse.median)
+        below, above = st.paired_t_p(differences, margin, "less"), st.paired_t_p(differences, margin, "greater")
+        if not math.isnan(below):
+            p_value = min(1.0, 2 * min(below, above))
+            towards = "reproduced" if below <= above else "not reproduced"
+    elif not math.isnan(effect.p_value):
+        p_value = effect.p_value
+        towards = "reproduced" if effect.mean_difference < 0 else "not reproduced"
+    return Verdict(claim, better.activation, worse.activation, "pending", (better.median, worse.median), paper,
+                   p_value, effect.n, where, kind, words, source, margin, None, effect, "", towards)
 
 
-def verdicts(rows: list[ReportedRow]) -> list[Verdict]:
-    """For each pair of rows whose paper numbers differ: does our sweep order them as the paper does?"""
+def decide(found: list[Verdict], alpha: float = st.ALPHA, smallest_effect: float = 0.02) -> list[Verdict]:
+    """Decide a family of claims: Holm-adjust their p-values; a claim whose adjusted p is below
+    ``alpha`` is decided in the direction its test leans to; each undecided one says how many seeds
+    would decide it with 80% power (at the Bonferroni level of the family), or that its observed
+    effect is below the smallest effect of interest."""
+    tested = [v for v in found if v.verdict != "diverged"]
+    adjusted = st.holm([math.nan if v.p_value is None else v.p_value for v in tested])
+    for v, p in zip(tested, adjusted):
+        v.p_adjusted = None if math.isnan(p) else p
+        if v.p_adjusted is not None and v.p_adjusted < alpha:
+            v.verdict, v.seeds_needed = v.towards, ""
+        else:
+            v.verdict, v.seeds_needed = "inconclusive", _seeds_needed(v, alpha / max(len(tested), 1), smallest_effect)
+    return found
+
+
+def _seeds_needed(v: Verdict, level: float, smallest_effect: float) -> str:
+    effect = v.effect
+    if effect is None or effect.n < 2 or math.isnan(effect.spread):
+        return "needs 3 or more seeds a side"
+    distance = effect.mean_difference - (v.margin or 0.0)
+    if v.kind == "lower" and abs(effect.mean_difference) < smallest_effect * abs(v.ours[1]):
+        return f"effect below the smallest of interest ({smallest_effect:.0%} of the other's median)"
+    needed = st.seeds_needed(distance, effect.spread, level)
+    return f"needs about {needed} seeds" if needed else "needs more than 1000 seeds"
+
+
+def verdicts(rows: list[ReportedRow], smallest_effect: float = 0.02) -> list[Verdict]:
+    """For each pair of rows whose paper numbers differ: does our sweep order them as the paper does?
+    (Undecided: see :func:`decide`.)"""
     found = []
     with_paper = [r for r in rows if r.paper is not None]
     split = len({r.activation for r in with_paper}) < len(with_paper)  # rows per (activation, dropout)
@@ -174,14 +204,17 @@ def verdicts(rows: list[ReportedRow]) -> list[Verdict]:
             continue
         better, worse = (a, b) if a.paper < b.paper else (b, a)
         found.append(compare(better, worse, f"{better.activation} < {worse.activation} on {better.metric}",
-                             (better.paper, worse.paper), f"dropout {better.dropout:g}" if split else ""))
+                             (better.paper, worse.paper), f"dropout {better.dropout:g}" if split else "",
+                             smallest_effect=smallest_effect))
     return found
 
 
 def claim_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> list[Verdict]:
-    """For each ranking claim of the spec, a verdict per pair (its ``best`` against each other
-    activation): at the configurations the protocol reports, or at every lr (``at_every_lr``)."""
+    """For each ranking claim of the spec, a comparison per pair (its ``best`` against each other
+    activation it names, or every other): at the configurations the protocol reports, or at every
+    lr (``at_every_lr``). (Undecided: see :func:`decide`.)"""
     headline = spec.get("protocol", {}).get("headline_metric", "test_error")
+    smallest_effect = spec.get("protocol", {}).get("smallest_effect", 0.02)
     found = []
     for claim in spec.get("ranking_claims", []):
         column = claim_column(claim, headline)
@@ -195,22 +228,44 @@ def claim_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> list[
             dropouts = sorted({r.dropout for r in rows}) if split_by_dropout(spec) else [None]
             groups = [(f"dropout {d:g}" if d is not None else "", [r for r in rows if d is None or r.dropout == d])
                       for d in dropouts]
+        against = set(claim.get("against") or [])
+        kind = claim.get("kind", "lower")
+        relation = "≤" if kind == "ties_or_better" else "<"
         for where, rows in groups:
             best = next((r for r in rows if r.activation == claim["best"]), None)
-            for other in (r for r in rows if r.activation != claim["best"]):
+            for other in (r for r in rows if r.activation != claim["best"] and (not against or r.activation in against)):
                 if best is None:
                     continue
-                found.append(compare(best, other, f"{best.activation} < {other.activation} on {column}",
-                                     (None, None), where))
+                found.append(compare(best, other, f"{best.activation} {relation} {other.activation} on {column}",
+                                     (None, None), where, kind=kind, smallest_effect=smallest_effect,
+                                     words=claim.get("words", ""), source=claim.get("source", "")))
     return found
+
+
+def family_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> tuple[list[Verdict], list[Verdict]]:
+    """Every claim of a sweep decided as one family: the orderings of the paper's numbers, and the
+    ranking claims' pairs (each list in its order)."""
+    if not spec or not len(table):
+        return [], []
+    if spec.get("until_decided"):  # seeds until decided: the looks' group-sequential decisions
+        from service.reporting.sequential import sequential_verdicts
+
+        outcome = sequential_verdicts(runs[runs["phase"] == "grid"], spec)
+        return outcome.numbers, outcome.claims
+    protocol = spec.get("protocol", {})
+    smallest_effect = protocol.get("smallest_effect", 0.02)
+    numbers = verdicts(reported_rows(runs, table, spec), smallest_effect)
+    claims = claim_verdicts(runs, table, spec)
+    decide(numbers + claims, protocol.get("alpha", st.ALPHA), smallest_effect)
+    return numbers, claims
 
 
 def _rows_at(runs: pd.DataFrame, table: pd.DataFrame, lr: float, dropout: float, metric: str) -> list[ReportedRow]:
     rows = []
     for config in table[(table["lr"] == lr) & (table["dropout"] == dropout)].itertuples():
         per_seed = _seed_values(runs[runs["phase"] == "grid"], config.activation, dropout, lr, metric)
-        median, low, high = median_with_interval(list(per_seed.values()))
+        median, low, high, coverage = median_with_interval(list(per_seed.values()))
         diverged = bool(config.n_diverged > config.n_seeds)
         rows.append(ReportedRow(config.activation, float(dropout), None if diverged else float(lr), metric, median, low,
-                                high, len(per_seed), None, per_seed, int(config.n_diverged)))
+                                high, coverage, len(per_seed), None, per_seed, int(config.n_diverged)))
     return rows

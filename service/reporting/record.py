@@ -17,7 +17,7 @@ import yaml
 
 from search_spaces import load_spec
 from service.reporting.figures import render_figures
-from service.reporting.paper_table import claim_verdicts, reported_rows, verdicts
+from service.reporting.paper_table import family_verdicts, reported_rows
 from service.reporting.report import format_value, render, to_json
 from service.reporting.results import results_from_exports
 from service.runs.exports import ExportError
@@ -66,18 +66,34 @@ def read_manifest(path: Path) -> tuple[dict, list[RecordEntry]]:
 
 
 def _summary(results) -> tuple[str, str, str]:
-    """(ours, verdicts, the paper's) for the index, in a line each."""
+    """(ours, verdicts, the paper's) for the index: ours per activation with its interval and that
+    interval's coverage; each verdict with its Holm-adjusted p, the mean paired difference, and the
+    seeds it used or would need."""
     rows = reported_rows(results.runs, results.table, results.spec)
     split = len({r.activation for r in rows}) < len(rows)
     ours = "; ".join(
         f"{r.activation}{f' (dropout {r.dropout:g})' if split else ''}: "
         + ("diverged" if r.diverged else f"{format_value(r.metric, r.median)} [{format_value(r.metric, r.ci_low)}, "
-                                         f"{format_value(r.metric, r.ci_high)}], {r.n_seeds} seeds")
+                                         f"{format_value(r.metric, r.ci_high)}] ({r.ci_coverage:.1%}), "
+                                         f"{r.n_seeds} seeds".replace(".0%)", "%)"))
         for r in rows)
-    found = verdicts(rows) + claim_verdicts(results.runs, results.table, results.spec)
+    numbers, claims = family_verdicts(results.runs, results.table, results.spec)
+    found = numbers + claims
     counts = {v: sum(x.verdict == v for x in found)
               for v in ("reproduced", "not reproduced", "inconclusive", "diverged")}
     verdict = ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "no ordering to check"
+    details = []
+    for v in found:
+        metric = v.claim.rsplit(" on ", 1)[-1]
+        line = f"{v.claim.rsplit(' on ', 1)[0]}{f' ({v.where})' if v.where else ''}: **{v.verdict}**"
+        if v.verdict != "diverged" and v.effect is not None and v.effect.n >= 2:
+            sign = "−" if v.effect.mean_difference < 0 else "+"
+            line += (f", Δ {sign}{format_value(metric, abs(v.effect.mean_difference))}, "
+                     f"p<sub>Holm</sub> {'–' if v.p_adjusted is None else f'{v.p_adjusted:.2g}'}, "
+                     + (f"{v.n_pairs} seeds" if v.verdict != "inconclusive" else v.seeds_needed))
+        details.append(line)
+    if details:
+        verdict += "<br>" + "<br>".join(details)
     paper = "; ".join(f"{r.activation}: {format_value(r.metric, r.paper)}" for r in rows if r.paper is not None)
     return ours, verdict, paper or " ".join(results.spec.get("claims", []))
 
@@ -86,7 +102,7 @@ def build_record(manifest: Path) -> list[Path]:
     """Write every experiment's folder and the index beside the manifest; returns the files written."""
     meta, entries = read_manifest(manifest)
     root = manifest.parent
-    written, index = [], []
+    written, index, hypotheses_index = [], [], []
     for entry in entries:
         folder = root / entry.name
         folder.mkdir(parents=True, exist_ok=True)
@@ -122,9 +138,9 @@ def build_record(manifest: Path) -> list[Path]:
                                  analysis["verdict"], analysis["finding"]))
         (folder / "README.md").write_text(_experiment_page(entry, spec, results, wall, commits, tested))
         written.append(folder / "README.md")
-        index.append({"experiment": f"[{entry.name}]({entry.name}/README.md)",
+        (hypotheses_index if spec.paper == "custom" else index).append({"experiment": f"[{entry.name}]({entry.name}/README.md)",
                       "paper, section": f"{spec.paper.upper()} {spec.section}", "paper's claim or number": paper,
-                      "ours (median [95% interval], seeds)": ours, "verdicts": verdict,
+                      "ours (median [interval] (its coverage), seeds)": ours, "verdicts": verdict,
                       "protocol deviations": "; ".join(entry.deviations) or "none",
                       "hypotheses tested": "<br>".join(f"[{t.label}]({entry.name}/{t.page}): {t.verdict}"
                                                        for t in tested) or "–",
@@ -132,7 +148,7 @@ def build_record(manifest: Path) -> list[Path]:
                       "commit": ", ".join(commits),
                       "command": "<br>".join(f"`{c}`" for c in entry.commands)})
     readme = root / "README.md"
-    readme.write_text(_index_page(meta, index))
+    readme.write_text(_index_page(meta, index, hypotheses_index))
     return [*written, readme]
 
 
@@ -163,10 +179,15 @@ def _experiment_page(entry: RecordEntry, spec, results, wall: float, commits: li
     ])
 
 
-def _index_page(meta: dict, rows: list[dict]) -> str:
+def _index_page(meta: dict, rows: list[dict], own: list[dict]) -> str:
     import pandas as pd
 
     table = pd.DataFrame(rows).to_markdown(index=False) if rows else "(no experiment recorded yet)"
+    own_table = ([ "## Questions the papers do not ask", "",
+                   "These sweeps test hypotheses of their own on the papers' networks. Their verdicts are not paper "
+                   "verdicts and are not counted with them.", "",
+                   pd.DataFrame(own).rename(columns={"paper's claim or number": "hypothesis"}).to_markdown(index=False),
+                   ""] if own else [])
     return "\n".join([
         "# Reproductions",
         "",
@@ -176,6 +197,7 @@ def _index_page(meta: dict, rows: list[dict]) -> str:
         "",
         table,
         "",
+        *own_table,
         meta.get("outro", "").strip(),
         "",
         "This page and every folder beside it are written by `actsweep record docs/reproductions/campaign.yaml` "

@@ -8,7 +8,7 @@ from dataclasses import asdict
 import pandas as pd
 
 from service.reporting.aggregate import SweepResults
-from service.reporting.paper_table import claim_verdicts, reported_rows, verdicts
+from service.reporting.paper_table import Verdict, family_verdicts, reported_rows
 
 FORMATS = ("md", "csv", "json", "html")
 SHOWN = ["activation", "dropout", "lr", "n_seeds", "n_diverged", "train_loss", "train_loss_eval", "val_loss",
@@ -85,35 +85,95 @@ def paper_terms_table(results: SweepResults) -> pd.DataFrame:
     return pd.DataFrame([{
         "activation": r.activation, "dropout": r.dropout, "chosen lr": "diverged" if r.diverged else f"{r.lr:g}",
         "metric": r.metric, "ours (median)": "diverged" if r.diverged else format_value(r.metric, r.median),
-        "95% interval": f"[{format_value(r.metric, r.ci_low)}, {format_value(r.metric, r.ci_high)}]",
+        "interval (coverage)": _interval(r.metric, r.ci_low, r.ci_high, r.ci_coverage),
         **({"best epoch (median)": format_value("best_val_epoch", r.best_val_epoch)} if at_best else {}),
         "seeds": r.n_seeds, "diverged": r.n_diverged, "paper": format_value(r.metric, r.paper)} for r in rows])
 
 
-def _verdict_rows(found) -> pd.DataFrame:
-    return pd.DataFrame([{
-        "claim (paper's order)": v.claim + (f" ({v.where})" if v.where else ""),
-        **({"paper": f"{format_value(v.claim, v.paper[0])} vs {format_value(v.claim, v.paper[1])}"} if v.paper[0] is not None else {}),
-        "ours (medians)": f"{format_value(v.claim, v.ours[0])} vs {format_value(v.claim, v.ours[1])}",
-        "paired t-test p (seeds)": (f"{v.p_value:.3g} ({v.n_pairs})" if v.p_value is not None else f"– ({v.n_pairs})"),
-        "verdict": v.verdict} for v in found])
+def _interval(metric: str, low: float, high: float, coverage: float) -> str:
+    """An interval as reports print it, with the coverage its method has (never a bare "95%")."""
+    if low is None or pd.isna(low):
+        return "–"
+    return f"[{format_value(metric, low)}, {format_value(metric, high)}] ({coverage:.1%})".replace(".0%)", "%)")
+
+
+def _difference(metric: str, value: float) -> str:
+    if value is None or pd.isna(value):
+        return "–"
+    text = format_value(metric, abs(value))
+    return ("−" if value < 0 else "+") + text
+
+
+def _p(value: float | None) -> str:
+    return "–" if value is None or pd.isna(value) else f"{value:.3g}"
+
+
+def _verdict_rows(found: list[Verdict]) -> pd.DataFrame:
+    rows = []
+    for v in found:
+        e, metric = v.effect, v.claim.rsplit(" on ", 1)[-1]
+        rows.append({
+            "claim": v.claim + (f" ({v.where})" if v.where else ""),
+            **({"paper": f"{format_value(metric, v.paper[0])} vs {format_value(metric, v.paper[1])}"}
+               if v.paper[0] is not None else {}),
+            "ours (medians)": f"{format_value(metric, v.ours[0])} vs {format_value(metric, v.ours[1])}",
+            "mean paired difference [95% t]": ("–" if e is None or e.n < 2 else
+                                               f"{_difference(metric, e.mean_difference)} "
+                                               f"[{_difference(metric, e.mean_interval.low)}, "
+                                               f"{_difference(metric, e.mean_interval.high)}]"),
+            "ratio": "–" if e is None or pd.isna(e.ratio) else f"{e.ratio:.3f}",
+            "P(better on a seed) [95%]": ("–" if e is None or not e.n else
+                                          f"{e.p_improvement:.2f} [{e.p_improvement_interval.low:.2f}, "
+                                          f"{e.p_improvement_interval.high:.2f}]"),
+            "seeds": v.n_pairs,
+            "p (Holm)": f"{_p(v.p_value)} ({_p(v.p_adjusted)})",
+            "verdict": v.verdict,
+            "to decide": v.seeds_needed})
+    return pd.DataFrame(rows)
 
 
 def verdicts_table(results: SweepResults) -> pd.DataFrame:
-    """One row per ordering the paper reports with numbers: ours, a paired t-test across seeds, the verdict."""
-    return _verdict_rows(verdicts(reported_rows(results.runs, results.table, results.spec)))
+    """One row per ordering the paper reports with numbers: ours, the paired comparison, the verdict."""
+    return _verdict_rows(family_verdicts(results.runs, results.table, results.spec)[0])
 
 
 def claim_verdicts_table(results: SweepResults) -> pd.DataFrame:
     """One row per pair of each ranking claim (an ordering the paper shows without numbers)."""
-    return _verdict_rows(claim_verdicts(results.runs, results.table, results.spec))
+    return _verdict_rows(family_verdicts(results.runs, results.table, results.spec)[1])
+
+
+def verdicts_line(results: SweepResults) -> str:
+    """How the verdicts below are decided, with the family's size and the spec's smallest effect."""
+    protocol = (results.spec or {}).get("protocol", {})
+    numbers, claims = family_verdicts(results.runs, results.table, results.spec)
+    tested = sum(v.verdict != "diverged" for v in numbers + claims)
+    own = (results.spec or {}).get("paper") == "custom"
+    plan = (results.spec or {}).get("until_decided")
+    if plan:
+        return (f"{'Hypotheses of this experiment, not claims of the papers' if own else 'Verdicts'}, seeds until "
+                f"decided: the {tested} claims below are one family, looked at after the spec's seeds and after "
+                f"each round of {plan['seeds_per_round']} more (up to {plan['max_seeds']}); only the configurations "
+                f"of undecided claims got more seeds, and the lr was chosen again at every look. Each claim spends "
+                f"its share of alpha = {protocol.get('alpha', 0.05):g} over the looks (Lan–DeMets, O'Brien–Fleming "
+                f"type); a decided claim's share goes to the others (Holm). The table of looks gives each claim's "
+                f"paired t-test p against the level of that look (✓: decided there). docs/statistics.md")
+    return (f"{'Hypotheses of this experiment, not claims of the papers' if own else 'Verdicts'}: each claim is a "
+            f"paired comparison on the seeds both sides share (the difference per seed; docs/statistics.md). The "
+            f"{tested} claims below are one family: a claim is decided when its Holm-adjusted paired t-test p is "
+            f"below {protocol.get('alpha', 0.05):g} (reproduced: the paper's order; not reproduced: the opposite "
+            f"order), never from intervals that fail to overlap. A \"≤\" claim (ties or outperforms) is tested "
+            f"against a margin of {protocol.get('smallest_effect', 0.02):.0%} of the other's median. An undecided "
+            f"claim says how many seeds would decide it with 80% power at the observed effect and spread.")
 
 
 def paper_terms_markdown(results: SweepResults) -> list[str]:
     """The reported number per activation beside the paper's, and the verdicts on its claims."""
     if not results.spec or not len(results.table):
         return []
-    lines = ["## In the paper's terms", "", paper_terms_table(results).to_markdown(index=False), ""]
+    lines = ["## In the paper's terms", "", paper_terms_table(results).to_markdown(index=False), "",
+             "Medians over seeds with their order-statistic interval and the coverage it has (the widest interval of "
+             "n values, [min, max], covers the median with probability 1 − 2/2ⁿ: 75% with 3 seeds, 93.8% with 5).",
+             "", verdicts_line(results), ""]
     found = verdicts_table(results)
     if len(found):
         lines += [found.to_markdown(index=False), ""]
@@ -122,9 +182,37 @@ def paper_terms_markdown(results: SweepResults) -> list[str]:
         lines += ["Claims of the paper for this experiment: " + " ".join(claims), ""]
     ranked = claim_verdicts_table(results)
     if len(ranked):
-        lines += ["Orderings the paper shows (lower is better; at the configuration chosen on validation unless a "
+        lines += [*claim_sources(results.spec),
+                  "Orderings the paper shows (lower is better; at the configuration chosen on validation unless a "
                   "panel is named):", "", ranked.to_markdown(index=False), ""]
+    looks = looks_table(results)
+    if len(looks):
+        lines += ["### Looks (seeds until decided)", "", looks.to_markdown(index=False), ""]
     return lines
+
+
+def looks_table(results: SweepResults) -> pd.DataFrame:
+    """The looks of an until_decided sweep: per look its seeds and each claim's p against its level."""
+    if not (results.spec or {}).get("until_decided") or not len(results.table):
+        return pd.DataFrame()
+    from service.reporting.sequential import sequential_verdicts
+
+    return sequential_verdicts(results.runs[results.runs["phase"] == "grid"], results.spec).looks_table()
+
+
+def claim_sources(spec: dict) -> list[str]:
+    """Each ranking claim in the paper's words, where the paper makes it, and how it is tested."""
+    lines = []
+    for claim in spec.get("ranking_claims", []):
+        if not (claim.get("words") or claim.get("source")):
+            continue
+        against = ", ".join(claim.get("against") or []) or "each other activation"
+        test = ("no worse than" if claim.get("kind") == "ties_or_better" else "lower than")
+        lines.append(f"- {claim.get('source') or 'the paper'}: “{claim.get('words', '')}”: tested as "
+                     f"{claim['best']} {test} {against} on {claim.get('metric') or 'the headline metric'}"
+                     + (f" ({claim['over'].replace('_', ' ')})" if claim.get("over", "final") != "final" else "")
+                     + (", at every lr" if claim.get("at_every_lr") else ""))
+    return [*lines, ""] if lines else []
 
 
 LEARNED = "learned_"  # workers.activations.learned_parameters: learned_<param>_<layer>
@@ -188,14 +276,14 @@ def to_markdown(results: SweepResults) -> str:
 
 def to_json(results: SweepResults) -> dict:
     reported = reported_rows(results.runs, results.table, results.spec) if results.spec and len(results.table) else []
-    claimed = claim_verdicts(results.runs, results.table, results.spec) if results.spec and len(results.table) else []
+    numbers, claimed = family_verdicts(results.runs, results.table, results.spec)
     return {"sweep_id": results.sweep_id, "experiment": results.experiment,
             "protocol": {"aggregate": "median", "select_lr_by": results.select_lr_by,
                          "headline_metric": results.headline_metric},
             "execution": _execution(results),
             "mlflow": {"experiment_id": results.experiment_id, "parent_run_id": results.parent_run_id},
             "results": results.rows(), "retrained": results.rows(results.retrained),
-            "reported": _finite([asdict(r) for r in reported]), "verdicts": _finite([asdict(v) for v in verdicts(reported)]),
+            "reported": _finite([asdict(r) for r in reported]), "verdicts": _finite([asdict(v) for v in numbers]),
             "claim_verdicts": _finite([asdict(v) for v in claimed]),
             "learned_parameters": learned_parameters_table(results).to_dict(orient="records"),
             **({"sources": results.sources} if results.sources else {})}

@@ -126,3 +126,54 @@ def test_experiments_json_lists_the_catalog(actsweep_env):
     done = _run(actsweep_env, "experiments", "--json")
     rows = {r["name"]: r for r in json.loads(done.stdout)}
     assert rows["mnist_classification"]["trials"] == 90 and rows["mnist_classification"]["paper"] == "gelu"
+
+
+# A clear claim (relu against an activation that zeroes everything) and a null one (relu against the
+# same function written as an expression: the same trials, differences 0), on the real digits.
+UNTIL_DECIDED_SPEC = """
+name: until_decided_check
+paper: custom
+dataset: digits
+val_size: 200
+model: {kind: mlp, depth: 2, width: 32}
+optimizer: adam
+epochs: 2
+batch_size: 64
+activation: [relu, {name: zero, expr: "x * 0"}, {name: relu_again, expr: "relu(x)"}]
+lr: [0.01]
+seeds: 3
+protocol: {select_lr_by: val_loss, headline_metric: test_error}
+ranking_claims:
+  - {best: relu, against: [zero]}
+  - {best: relu, against: [relu_again]}
+"""
+
+
+def test_until_decided_stops_a_clear_claim_early_and_a_null_one_at_the_budget(tmp_path):
+    import os
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(UNTIL_DECIDED_SPEC)
+    env = {**os.environ, "ACTSWEEP_HOME": str(tmp_path / "home"), "ACTSWEEP_NUM_CPUS": "2", "ACTSWEEP_DASHBOARD": "false"}
+    done = _run(env, "run", str(spec), "--until-decided", "--max-seeds", "5", "--seeds-per-round", "1", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    seeds = {r["activation"]: r["n_seeds"] for r in json.loads(done.stdout.strip().splitlines()[-1])["results"]}
+    assert seeds == {"relu": 5, "relu_again": 5, "zero": 3}  # the decided claim's configuration got no more seeds
+    assert "look 1 at 3 seeds (budget 5): 1 claims open; decided: relu < zero on test_error: reproduced" in done.stderr
+    assert "look 3 at 5 seeds" in done.stderr and "look 4" not in done.stderr
+    sweep_id = json.loads(done.stdout.strip().splitlines()[-1])["sweep_id"]
+    report = _run(env, "report", sweep_id).stdout
+    assert "### Looks (seeds until decided)" in report and "undecided at the budget of 5 seeds" in report
+    section = report.split("### Looks (seeds until decided)")[1].split("\n\n")[1]
+    looks = [line for line in section.splitlines() if " ✓" in line]
+    assert len(looks) == 1 and looks[0].split("|")[1].strip() == "1"  # decided at the first look
+
+
+def test_until_decided_flags_need_each_other(tmp_path):
+    import os
+
+    env = {**os.environ, "ACTSWEEP_HOME": str(tmp_path / "home")}
+    done = _run(env, "run", "mnist_classification", "--quick", "--max-seeds", "5")
+    assert done.returncode == 2 and "--until-decided" in done.stderr
+    done = _run(env, "run", "mnist_classification", "--quick", "--until-decided", "--max-seeds", "2")
+    assert done.returncode == 2 and "until_decided.max_seeds" in done.stderr

@@ -306,3 +306,32 @@ def test_a_dead_driver_is_replaced_and_the_sweep_resumes_where_it_stood(server):
     assert interrupted
     for run_id in interrupted:  # resumed from a checkpoint, not from epoch 0
         assert int(runs[run_id].data.tags["resumed_from_epoch"]) >= 1
+
+
+def test_until_decided_over_rest_adds_rounds_of_trials_and_shows_the_looks(server):
+    """A clear claim (relu against a zeroing expression) decided at the first look; the null one (relu
+    against itself as an expression) runs to the budget, its configurations' new trials listed."""
+    spec = {"name": "until_decided_rest", "paper": "custom", "dataset": "digits", "val_size": 200,
+            "model": {"kind": "mlp", "depth": 2, "width": 32}, "optimizer": "adam", "epochs": 2, "batch_size": 64,
+            "activation": ["relu", {"name": "zero", "expr": "x * 0"}, {"name": "relu_again", "expr": "relu(x)"}],
+            "lr": [0.01], "seeds": 2, "protocol": {"select_lr_by": "val_loss", "headline_metric": "test_error"},
+            "ranking_claims": [{"best": "relu", "against": ["zero"]}, {"best": "relu", "against": ["relu_again"]}]}
+    with server.client() as client:
+        bad = client.post("/sweeps", json={"spec": spec, "until_decided": {"max_seeds": 2}})
+        assert bad.status_code == 422 and "until_decided.max_seeds" in bad.text
+        created = client.post("/sweeps", json={"spec": spec, "until_decided": {"max_seeds": 4, "seeds_per_round": 1}})
+        assert created.status_code == 202, created.text
+        assert created.json()["progress"]["trials_total"] == 6 and created.json()["sequential"] is None
+        done = wait_for(client, created.json()["id"], finished)
+        assert done["state"] == "succeeded", done["error"]
+        assert done["sequential"]["look"] == 3 and done["sequential"]["seeds"] == 4
+        assert list(done["sequential"]["decided"].values()) == ["reproduced"]
+        assert done["sequential"]["open"] == ["relu < relu_again on test_error"]
+        trials = done["trials"]  # the rounds' trials joined the record as they were added
+        assert done["progress"]["trials_total"] == done["progress"]["trials_done"] == len(trials) > 6
+        assert all(t["state"] in ("succeeded", "reused") for t in trials)
+        seeds = {a: sorted(t["seed"] for t in trials if t["activation"] == a) for a in ("relu", "relu_again", "zero")}
+        assert seeds["relu"] == seeds["relu_again"] == [0, 1, 2, 3]
+        assert seeds["zero"] == list(range(len(seeds["zero"]))) and len(seeds["zero"]) < 4  # decided: no more seeds
+        report = client.get(f"/sweeps/{done['id']}/results", params={"format": "md"}).text
+        assert "### Looks (seeds until decided)" in report

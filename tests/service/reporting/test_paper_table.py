@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from service.reporting.aggregate import choose_lr_on_validation, median_over_seeds
-from service.reporting.paper_table import median_with_interval, reported_rows, verdicts
+from service.reporting.paper_table import compare, decide, median_with_interval, reported_rows, verdicts
 
 SPEC = {"protocol": {"headline_metric": "test_error", "select_lr_by": "val_error"}, "dropout": [0.0],
         "paper_numbers": [{"activation": "gelu", "metric": "test_error", "value": 0.12},
@@ -23,7 +23,7 @@ def runs_of(values: dict) -> pd.DataFrame:
 def verdict_of(values: dict) -> str:
     runs = runs_of(values)
     table = choose_lr_on_validation(median_over_seeds(runs), by="val_error")
-    found = verdicts(reported_rows(runs, table, SPEC))
+    found = decide(verdicts(reported_rows(runs, table, SPEC)))
     assert len(found) == 1 and found[0].claim == "gelu < relu on test_error"
     return found[0].verdict
 
@@ -61,12 +61,60 @@ def test_dropout_is_tuned_on_validation_where_the_spec_tunes_it():
     assert [(r.activation, r.dropout, r.median) for r in rows] == [("relu", 0.5, 0.3)]
 
 
-def test_bootstrap_interval_contains_the_median():
+def test_the_median_interval_states_the_coverage_it_has():
     for values in ([0.1, 0.2, 0.3], [0.5, 0.1, 0.9, 0.4, 0.3], [1.0, 1.0, 2.0]):
-        median, low, high = median_with_interval(values)
+        median, low, high, coverage = median_with_interval(values)
         assert low <= median <= high
-    median, low, high = median_with_interval([0.3])
-    assert median == 0.3 and math.isnan(low) and math.isnan(high)
+    assert median_with_interval([0.3, 0.1, 0.2])[1:] == (0.1, 0.3, 0.75)  # 3 values: [min, max] covers 75%
+    assert median_with_interval([5, 1, 4, 2, 3])[3] == pytest.approx(0.9375)  # 5: 93.8%, not 95%
+    median, low, high, coverage = median_with_interval([0.3])
+    assert median == 0.3 and math.isnan(low) and math.isnan(high) and coverage == 0
+
+
+def test_seed_ranges_apart_decide_nothing_by_themselves():
+    # 3 seeds a side whose ranges do not overlap, but the paired differences scatter (p ≈ 0.17):
+    # the old rule called this reproduced; the paired test does not
+    values = {("gelu", 1e-3): [(0.1, 0.100), (0.1, 0.110), (0.1, 0.120)],
+              ("relu", 1e-3): [(0.1, 0.160), (0.1, 0.121), (0.1, 0.125)]}
+    assert verdict_of(values) == "inconclusive"
+
+
+def _row(activation, values):
+    from service.reporting.paper_table import ReportedRow
+
+    median, low, high, coverage = median_with_interval(values)
+    return ReportedRow(activation, 0.0, 1e-3, "test_error", median, low, high, coverage, len(values), None,
+                       dict(enumerate(values)))
+
+
+def test_holm_adjusts_the_family_and_keeps_the_raw_p():
+    a, b, c = _row("gelu", [0.10, 0.12, 0.11, 0.13, 0.10]), _row("relu", [0.11, 0.13, 0.13, 0.132, 0.105]), \
+        _row("elu", [0.11, 0.13, 0.13, 0.132, 0.105])
+    alone = decide([compare(a, b, "gelu < relu on test_error", (None, None))])[0]
+    pair = decide([compare(a, b, "gelu < relu on test_error", (None, None)),
+                   compare(a, c, "gelu < elu on test_error", (None, None))])
+    assert alone.p_value == pair[0].p_value and pair[0].p_adjusted == pytest.approx(2 * pair[0].p_value)
+    assert alone.verdict == "reproduced" and alone.p_value > 0.025  # decided alone, not in a family of two
+    assert [v.verdict for v in pair] == ["inconclusive", "inconclusive"]
+    assert pair[0].seeds_needed.startswith("needs about ")
+
+
+def test_an_effect_below_the_smallest_of_interest_is_said_so():
+    a, b = _row("gelu", [0.100, 0.120, 0.110]), _row("relu", [0.1005, 0.1195, 0.1104])
+    found = decide([compare(a, b, "gelu < relu on test_error", (None, None))])[0]
+    assert found.verdict == "inconclusive" and found.seeds_needed.startswith("effect below the smallest")
+
+
+def test_ties_or_better_is_a_non_inferiority_test_at_the_margin():
+    base = [0.100, 0.120, 0.110, 0.130, 0.105]
+    tie = _row("gelu", [v * 1.001 for v in base])  # 0.1% worse: within a 2% margin
+    worse = _row("gelu", [v * 1.10 for v in base])  # 10% worse: beyond it
+    other = _row("relu", base)
+    decided = decide([compare(tie, other, "gelu ≤ relu on test_error", (None, None), kind="ties_or_better"),
+                      compare(worse, other, "gelu ≤ relu on test_error", (None, None), kind="ties_or_better")])
+    assert [v.verdict for v in decided] == ["reproduced", "not reproduced"]
+    strict = decide([compare(tie, other, "gelu < relu on test_error", (None, None))])[0]
+    assert strict.verdict == "not reproduced"  # strictly, a consistent 0.1% loss is the opposite order
 
 
 def test_two_seeds_apart_are_not_evidence_enough_without_the_t_test():

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from service.reporting.aggregate import choose_lr_on_validation, median_over_seeds
-from service.reporting.paper_table import claim_verdicts, reported_rows
+from service.reporting.paper_table import family_verdicts, reported_rows
 from service.reporting.report import render, to_json
 from service.reporting.results import sweep_results
 from tests.service.constructed_runs import log_trial, sweep_logger
@@ -159,7 +159,7 @@ def ranked(tmp_path_factory):
 
 def test_ranking_claims_give_a_verdict_per_pair_and_panel(ranked):
     results = sweep_results(ranked, "r1")
-    found = {(v.claim, v.where): v.verdict for v in claim_verdicts(results.runs, results.table, results.spec)}
+    found = {(v.claim, v.where): v.verdict for v in family_verdicts(results.runs, results.table, results.spec)[1]}
     assert found[("gelu_tanh < relu on train_loss_eval", "dropout 0")] == "reproduced"
     assert found[("gelu_tanh < elu on train_loss_eval", "dropout 0")] == "not reproduced"
     assert found[("gelu_tanh < elu on train_loss_eval", "dropout 0.5")] == "reproduced"

@@ -1,0 +1,253 @@
+"""The statistics behind every verdict (docs/statistics.md says what and why).
+
+The unit is the paired difference per seed: two configurations trained on the same seed share the
+initialisation stream, the data order and the dropout masks (Bouthillier et al., MLSys 2021), so
+``d_i = a_i - b_i`` removes what the seed adds to both. Metrics are lower-is-better.
+
+- Test: the paired t-test on the differences, two-sided, with a directional decision (the sign of
+  the mean difference says which order was decided). Its false-decision rate is at most its level
+  under normal, lognormal and heavy-tailed noise, paired or unpaired, from 3 to 20 seeds
+  (tests/service/reporting/test_statistics.py simulates each).
+- Intervals carry the coverage they have: the t-interval of the mean difference (95%), the
+  order-statistic interval of a median (the widest one of n values covers 1 - 2/2^n: 75% with 3
+  seeds, 93.8% with 5; never called 95% unless it is), the t-interval of the geometric mean ratio
+  (log scale), and the Clopper–Pearson interval of P(a < b) on the same seed.
+- Multiplicity: the claims of one record are one family; Holm's step-down adjusts their p-values.
+- A "ties or outperforms" claim is tested against a stated margin: non-inferiority, one-sided at
+  alpha/2, as one half of TOST (the two one-sided tests; :func:`tost_p` is the whole).
+- Power: the seeds a paired t-test needs for 80% power at the observed effect and spread.
+- Seeds until decided: each claim spends its alpha over looks by the Lan–DeMets
+  O'Brien–Fleming-type function; a look tests at the alpha spent since the last one, so the
+  chance of any false decision over all looks is at most the sum, alpha (Bonferroni over looks,
+  with Holm's recycling across claims: Maurer & Bretz 2013).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05  # the family-wise error rate of a record's verdicts
+POWER = 0.80  # the power "seeds needed" aims at
+
+
+# -- intervals -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+    coverage: float  # the probability the method covers the true value (exact, or nominal for t)
+    method: str
+
+    def label(self, fmt=lambda v: f"{v:.4g}") -> str:
+        if math.isnan(self.low):
+            return "–"
+        return f"[{fmt(self.low)}, {fmt(self.high)}] ({self.coverage:.1%})".replace(".0%", "%")
+
+
+def _clean(values) -> np.ndarray:
+    data = np.asarray(list(values), dtype=float)
+    return data[~np.isnan(data)]
+
+
+def order_statistic_coverage(n: int, k: int) -> float:
+    """The coverage of [x_(k), x_(n+1-k)] for the median of a continuous distribution."""
+    return float(1 - 2 * stats.binom.cdf(k - 1, n, 0.5))
+
+
+def median_interval(values, level: float = 0.95) -> tuple[float, Interval]:
+    """The median and the distribution-free order-statistic interval for it: the narrowest
+    [x_(k), x_(n+1-k)] whose coverage reaches ``level``, or, where no interval of n values can,
+    the widest one ([min, max]) with the coverage it has (75% for 3 values, 93.8% for 5)."""
+    data = np.sort(_clean(values))
+    n = len(data)
+    if n == 0:
+        return math.nan, Interval(math.nan, math.nan, 0.0, "order statistics")
+    median = float(np.median(data))
+    if n == 1:
+        return median, Interval(math.nan, math.nan, 0.0, "order statistics")
+    k = 1
+    while k + 1 <= n // 2 and order_statistic_coverage(n, k + 1) >= level:
+        k += 1
+    return median, Interval(float(data[k - 1]), float(data[n - k]), order_statistic_coverage(n, k),
+                            "order statistics")
+
+
+def t_interval(differences, level: float = 0.95) -> Interval:
+    """The t-interval of the mean paired difference."""
+    d = _clean(differences)
+    if len(d) < 2:
+        return Interval(math.nan, math.nan, 0.0, "t")
+    half = stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+    return Interval(float(d.mean() - half), float(d.mean() + half), level, "t")
+
+
+def clopper_pearson(successes: float, n: int, level: float = 0.95) -> Interval:
+    """The exact binomial interval of a proportion (its coverage is at least ``level``)."""
+    if n == 0:
+        return Interval(math.nan, math.nan, 0.0, "Clopper-Pearson")
+    k = successes
+    low = 0.0 if k <= 0 else float(stats.beta.ppf((1 - level) / 2, k, n - k + 1))
+    high = 1.0 if k >= n else float(stats.beta.ppf(0.5 + level / 2, k + 1, n - k))
+    return Interval(low, high, level, "Clopper-Pearson")
+
+
+# -- tests ---------------------------------------------------------------------------------------------
+
+def paired_t_p(differences, null: float = 0.0, alternative: str = "two-sided") -> float:
+    """The paired t-test's p-value for mean difference ``null`` (NaN where it cannot be computed:
+    fewer than 2 pairs; all differences equal give 1 at the null and 0 elsewhere)."""
+    d = _clean(differences)
+    if len(d) < 2:
+        return math.nan
+    if np.ptp(d) == 0:
+        side = {"two-sided": d[0] != null, "less": d[0] < null, "greater": d[0] > null}[alternative]
+        return 0.0 if side else 1.0
+    return float(stats.ttest_1samp(d, null, alternative=alternative).pvalue)
+
+
+def tost_p(differences, margin: float) -> float:
+    """The two one-sided tests of equivalence: small when the mean difference is within ±margin."""
+    return max(paired_t_p(differences, -margin, "greater"), paired_t_p(differences, margin, "less"))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (NaN stays NaN and does not count)."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    adjusted = [math.nan] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def seeds_needed(effect: float, spread: float, alpha: float = ALPHA, power: float = POWER,
+                 most: int = 1000) -> int | None:
+    """Paired seeds for a two-sided paired t-test at ``alpha`` to reach ``power`` when the mean
+    difference is ``effect`` and its standard deviation ``spread`` (None: more than ``most``)."""
+    if spread == 0:
+        return 2
+    size = abs(effect) / spread
+
+    def enough(n: int) -> bool:
+        df, critical, noncentrality = n - 1, stats.t.ppf(1 - alpha / 2, n - 1), size * math.sqrt(n)
+        other_tail = stats.nct.cdf(-critical, df, noncentrality)  # (NaN where it underflows)
+        return stats.nct.sf(critical, df, noncentrality) + (0.0 if math.isnan(other_tail) else other_tail) >= power
+
+    if not enough(most):
+        return None
+    low, high = 1, most  # power grows with n: the first n that is enough, by bisection
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if enough(middle) else (middle, high)
+    return high
+
+
+# -- group-sequential looks ----------------------------------------------------------------------------
+
+def obrien_fleming_spent(fraction: float, alpha: float = ALPHA) -> float:
+    """Lan–DeMets O'Brien–Fleming-type spending: the alpha spent by information ``fraction``."""
+    if fraction <= 0:
+        return 0.0
+    return float(2 * (1 - stats.norm.cdf(stats.norm.ppf(1 - alpha / 2) / math.sqrt(min(fraction, 1.0)))))
+
+
+def look_levels(seeds_at_looks: list[int], max_seeds: int, alpha: float = ALPHA) -> list[float]:
+    """The level of each look: the alpha spent between it and the one before. The last look at
+    the budget spends what is left, so the levels sum to ``alpha``."""
+    levels, spent = [], 0.0
+    for n in seeds_at_looks:
+        now = alpha if n >= max_seeds else obrien_fleming_spent(n / max_seeds, alpha)
+        levels.append(max(now - spent, 0.0))
+        spent = max(spent, now)
+    return levels
+
+
+# -- one comparison ------------------------------------------------------------------------------------
+
+@dataclass
+class PairedComparison:
+    """``a`` against ``b`` on the seeds both have: effect sizes with their intervals, and the test."""
+
+    n: int
+    mean_difference: float
+    mean_interval: Interval  # t, 95%
+    median_difference: float
+    median_interval: Interval  # order statistics, with the coverage it has
+    spread: float  # standard deviation of the differences
+    ratio: float  # geometric mean of a/b over seeds (NaN unless every value is positive)
+    ratio_interval: Interval  # t on log ratios, 95%
+    p_improvement: float  # P(a < b) on the same seed: the share of seeds where a is lower (ties half)
+    p_improvement_interval: Interval  # Clopper-Pearson, 95%
+    p_value: float  # two-sided paired t-test of mean difference 0
+
+
+def paired_comparison(a: dict[int, float], b: dict[int, float]) -> PairedComparison:
+    """Compare the per-seed values ``a`` and ``b`` (seed → value) on the seeds both have."""
+    seeds = sorted(s for s in set(a) & set(b) if not (math.isnan(a[s]) or math.isnan(b[s])))
+    x = np.asarray([a[s] for s in seeds], dtype=float)
+    y = np.asarray([b[s] for s in seeds], dtype=float)
+    d = x - y
+    n = len(d)
+    median_d, median_ci = median_interval(d)
+    if n and np.all(x > 0) and np.all(y > 0):
+        logs = np.log(x / y)
+        log_ci = t_interval(logs)
+        ratio, ratio_ci = float(np.exp(logs.mean())), Interval(math.exp(log_ci.low) if n > 1 else math.nan,
+                                                               math.exp(log_ci.high) if n > 1 else math.nan,
+                                                               log_ci.coverage, "t on log ratios")
+    else:
+        ratio, ratio_ci = math.nan, Interval(math.nan, math.nan, 0.0, "t on log ratios")
+    wins = float(np.sum(d < 0) + 0.5 * np.sum(d == 0))
+    return PairedComparison(n, float(d.mean()) if n else math.nan, t_interval(d), median_d, median_ci,
+                            float(d.std(ddof=1)) if n > 1 else math.nan, ratio, ratio_ci,
+                            wins / n if n else math.nan, clopper_pearson(wins, n), paired_t_p(d))
+
+
+# -- seeds until decided: a family over looks ------------------------------------------------------------
+
+@dataclass
+class ClaimLook:
+    """One claim's test at one look: its pairs, p-value, and the order it leans to."""
+
+    seeds: int
+    p_value: float  # NaN: not testable at this look
+    towards: str  # "reproduced" or "not reproduced"
+
+
+def sequential_decisions(looks: dict[str, list[ClaimLook]], max_seeds: int,
+                         alpha: float = ALPHA) -> dict[str, tuple[str, int]]:
+    """Decide a family of claims over group-sequential looks: claim → (verdict, index of the look
+    that decided it; -1 while undecided).
+
+    Each claim has a group-sequential test at its share of alpha: at a look with n of ``max_seeds``
+    seeds it tests at the alpha its O'Brien–Fleming-type spending function spends since its last
+    look (:func:`look_levels`), so over all its looks it spends at most its share. Holm's step-down
+    shares alpha: the open claims split it equally, and a decided claim hands its share to the
+    others, which are then tested again at every look so far with the larger share (Maurer & Bretz,
+    Stat. Biopharm. Res. 2013). The family-wise chance of a false decision stays at most ``alpha``
+    (tests/service/reporting/test_statistics.py checks it by simulation).
+    """
+    decided: dict[str, tuple[str, int]] = {}
+    n_looks = max((len(v) for v in looks.values()), default=0)
+    for k in range(n_looks):
+        changed = True
+        while changed:
+            changed = False
+            open_claims = [c for c in looks if c not in decided]
+            if not open_claims:
+                break
+            share = alpha / len(open_claims)
+            for claim in open_claims:
+                history = looks[claim][:k + 1]
+                levels = look_levels([look.seeds for look in history], max_seeds, share)
+                hit = next((i for i, (look, level) in enumerate(zip(history, levels))
+                            if not math.isnan(look.p_value) and look.p_value <= level), None)
+                if hit is not None:
+                    decided[claim] = (history[hit].towards, k)
+                    changed = True
+    return {c: decided.get(c, ("inconclusive", -1)) for c in looks}

@@ -1,0 +1,191 @@
+"""The verdicts' statistics, shown valid by simulation (docs/statistics.md).
+
+Every interval is checked to cover at the level it states, and every decision rule to decide
+falsely at most 5% of the time under the null, at 3, 5, 10 and 20 seeds, with normal, lognormal
+and heavy-tailed (Student t, 2 degrees of freedom) noise, with the seed's effect shared by both
+sides of a pair (paired) or not (unpaired). Tolerances are 3 simulation standard errors.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from service.reporting import statistics as st
+from service.reporting.paper_table import ReportedRow, compare, decide, median_with_interval
+
+SEEDS = (3, 5, 10, 20)
+NOISES = ("normal", "lognormal", "t2")
+REPS = 1500
+
+
+def value(rng, noise: str, seed_effect: np.ndarray, shift: float = 0.0) -> np.ndarray:
+    """One configuration's metric per seed: moved by ``shift`` (a relative change for lognormal
+    noise, a multiplicative metric such as a loss that varies by a factor over seeds)."""
+    if noise == "lognormal":
+        return (1 + shift) * np.exp(0.25 * seed_effect + 0.5 * rng.normal(size=seed_effect.shape))
+    sample = rng.normal(size=seed_effect.shape) if noise == "normal" else rng.standard_t(2, seed_effect.shape)
+    return 1 + shift + 0.1 * seed_effect + 0.1 * sample
+
+
+def draw(rng, noise: str, n: int, reps: int, paired: bool, shift: float = 0.0):
+    """(a, b) of shape (reps, n): ``a`` is ``b``'s distribution moved by ``shift``, each seed's own
+    effect shared by a and b when ``paired`` (the same initialisation and data order)."""
+    seed_effect = rng.normal(0, 1, (reps, n)) if paired else np.zeros((reps, n))
+    return value(rng, noise, seed_effect, shift), value(rng, noise, seed_effect)
+
+
+def truth(noise: str, paired: bool, shift: float) -> dict:
+    """The parameters each interval estimates, from a large sample of the same model."""
+    a, b = draw(np.random.default_rng(12345), noise, 1, 400_000, paired, shift)
+    a, b = a[:, 0], b[:, 0]
+    d = a - b
+    positive = (a > 0) & (b > 0)
+    return {"mean": float(np.mean(d)) if noise != "t2" else shift,  # t2's sample mean converges too slowly
+            "median": float(np.median(d)), "p_improvement": float(np.mean(d < 0)),
+            "ratio": float(np.exp(np.mean(np.log(a[positive])) - np.mean(np.log(b[positive]))))}
+
+
+def within(observed: float, level: float, reps: int = REPS) -> bool:
+    return observed >= level - 4 * math.sqrt(level * (1 - level) / reps)
+
+
+CELLS = [(noise, n, paired) for noise in NOISES for n in SEEDS for paired in (True, False)]
+
+
+@pytest.mark.parametrize("noise,n,paired", CELLS)
+def test_every_interval_covers_at_its_stated_level(noise, n, paired):
+    shift = 0.3 if noise == "lognormal" else 0.05
+    target = truth(noise, paired, shift)
+    rng = np.random.default_rng(n * 7 + paired)
+    a, b = draw(rng, noise, n, REPS, paired, shift)
+    hits = {"mean": 0, "median": 0, "p_improvement": 0, "ratio": 0}
+    ratio_reps, stated_median = 0, None
+    for x, y in zip(a, b):
+        found = st.paired_comparison(dict(enumerate(x)), dict(enumerate(y)))
+        hits["mean"] += found.mean_interval.low <= target["mean"] <= found.mean_interval.high
+        hits["median"] += found.median_interval.low <= target["median"] <= found.median_interval.high
+        stated_median = found.median_interval.coverage
+        hits["p_improvement"] += (found.p_improvement_interval.low <= target["p_improvement"]
+                                  <= found.p_improvement_interval.high)
+        if not math.isnan(found.ratio):
+            ratio_reps += 1
+            hits["ratio"] += found.ratio_interval.low <= target["ratio"] <= found.ratio_interval.high
+    assert within(hits["mean"] / REPS, 0.95), hits
+    assert within(hits["p_improvement"] / REPS, 0.95), hits  # Clopper-Pearson: at least 95%
+    # the order-statistic interval's coverage is exact: it is what the report prints, neither more nor less
+    assert abs(hits["median"] / REPS - stated_median) <= 4 * math.sqrt(stated_median * (1 - stated_median) / REPS) + 1e-9
+    if noise != "t2":  # t2 noise crosses zero: a ratio of a negative value means nothing
+        assert within(hits["ratio"] / ratio_reps, 0.95, ratio_reps), hits
+
+
+def test_the_median_interval_never_calls_a_seed_range_95_percent():
+    assert [round(median_with_interval(list(range(n)))[3], 4) for n in (3, 4, 5, 6, 10, 20)] == [
+        0.75, 0.875, 0.9375, 0.9688, 0.9785, 0.9586]
+
+
+def _row(activation: str, values) -> ReportedRow:
+    median, low, high, coverage = median_with_interval(list(values))
+    return ReportedRow(activation, 0.0, 1e-3, "test_error", median, low, high, coverage, len(values), None,
+                       dict(enumerate(values)))
+
+
+def _family(rng, noise, n, paired, shifts, reps):
+    """Decide families of claims 'gelu < other', the others moved by ``shifts`` (0: the null)."""
+    outcomes = []
+    for _ in range(reps):
+        seed_effect = rng.normal(0, 1, n) if paired else np.zeros(n)
+        gelu = _row("gelu", value(rng, noise, seed_effect))
+        others = [_row(f"act{i}", value(rng, noise, seed_effect, shift)) for i, shift in enumerate(shifts)]
+        found = decide([compare(gelu, o, f"gelu < {o.activation} on test_error", (None, None)) for o in others])
+        outcomes.append([v.verdict for v in found])
+    return outcomes
+
+
+@pytest.mark.parametrize("noise", NOISES)
+@pytest.mark.parametrize("paired", (True, False))
+def test_the_null_false_decision_rate_is_at_most_5_percent(noise, paired):
+    rng = np.random.default_rng(NOISES.index(noise) * 2 + paired)
+    singles, families = [], []
+    for n in SEEDS:
+        single = _family(rng, noise, n, paired, [0.0], 800)
+        singles.append(np.mean([o[0] != "inconclusive" for o in single]))
+        assert singles[-1] <= 0.05 + 4 * math.sqrt(0.05 * 0.95 / 800), (n, singles)
+        # three null claims, one family: any false decision at most 5% (Holm)
+        family = _family(rng, noise, n, paired, [0.0, 0.0, 0.0], 400)
+        families.append(np.mean([any(v != "inconclusive" for v in o) for o in family]))
+        assert families[-1] <= 0.05 + 4 * math.sqrt(0.05 * 0.95 / 400), (n, families)
+    # over the four seed counts together (3,200 and 1,600 decisions), tighter
+    assert np.mean(singles) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 3200), singles
+    assert np.mean(families) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 1600), families
+
+
+def test_a_clear_effect_is_decided_with_power():
+    rng = np.random.default_rng(3)
+    for n, least in ((10, 0.8), (20, 0.95)):
+        outcomes = _family(rng, "normal", n, True, [0.15], 300)  # other worse by 1.06 sd of the difference
+        assert np.mean([o[0] == "reproduced" for o in outcomes]) >= least
+        assert not any(o[0] == "not reproduced" for o in outcomes)
+
+
+def test_seeds_needed_reaches_the_stated_power():
+    rng = np.random.default_rng(5)
+    needed = st.seeds_needed(effect=0.5, spread=1.0, alpha=0.05)
+    assert 30 <= needed <= 36  # a paired t-test at d = 0.5 needs 34 pairs for 80%
+    d = rng.normal(0.5, 1.0, (4000, needed))
+    power = np.mean([st.paired_t_p(row) < 0.05 for row in d])
+    assert power >= 0.8 - 4 * math.sqrt(0.16 / 4000)
+
+
+def test_holm_matches_its_definition():
+    assert st.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert st.holm([0.5, math.nan]) == [0.5, math.nan] or math.isnan(st.holm([0.5, math.nan])[1])
+
+
+def test_obrien_fleming_spending_spends_alpha_by_the_end():
+    assert st.obrien_fleming_spent(1.0) == pytest.approx(0.05)
+    assert st.obrien_fleming_spent(0.25) < 1e-4 < st.obrien_fleming_spent(0.5) < 0.01
+    levels = st.look_levels([3, 5, 7, 10], 10)
+    assert sum(levels) == pytest.approx(0.05) and levels[0] < levels[-1]
+
+
+# -- seeds until decided ------------------------------------------------------------------------------
+
+def _sequential(rng, shifts, start, step, most, noise="normal"):
+    """One run of the until-decided loop on simulated seeds: add ``step`` seeds to the open claims'
+    configurations until each claim is decided or ``most`` seeds are used. Returns verdicts and seeds."""
+    n_claims = len(shifts)
+    gelu = value(rng, noise, np.zeros(most))
+    others = [value(rng, noise, np.zeros(most), s) for s in shifts]
+    looks = {f"c{i}": [] for i in range(n_claims)}
+    used = {f"c{i}": start for i in range(n_claims)}
+    n = start
+    while True:
+        for i in range(n_claims):
+            claim = f"c{i}"
+            k = used[claim]
+            d = gelu[:k] - others[i][:k]
+            looks[claim].append(st.ClaimLook(k, st.paired_t_p(d), "reproduced" if d.mean() < 0 else "not reproduced"))
+        decided = st.sequential_decisions(looks, most)
+        open_claims = [c for c, (verdict, _) in decided.items() if verdict == "inconclusive"]
+        if not open_claims or n >= most:
+            return decided, n
+        n = min(n + step, most)
+        for claim in open_claims:
+            used[claim] = n
+
+
+def test_until_decided_keeps_the_family_wise_error_under_the_null():
+    rng = np.random.default_rng(11)
+    for noise in NOISES:
+        runs = [_sequential(rng, [0.0, 0.0], 3, 2, 15, noise)[0] for _ in range(500)]
+        rate = np.mean([any(v != "inconclusive" for v, _ in r.values()) for r in runs])
+        assert rate <= 0.05 + 4 * math.sqrt(0.05 * 0.95 / 500), (noise, rate)
+
+
+def test_until_decided_stops_early_on_a_clear_effect_and_at_the_budget_on_a_null():
+    rng = np.random.default_rng(12)
+    clear = [_sequential(rng, [0.3], 3, 2, 20) for _ in range(100)]
+    assert np.mean([r[0]["c0"][0] == "reproduced" for r in clear]) >= 0.9
+    assert np.median([r[1] for r in clear]) < 20  # stopped before the budget
+    null = [_sequential(rng, [0.0], 3, 2, 20) for _ in range(100)]
+    assert np.mean([r[1] == 20 for r in null]) >= 0.9
