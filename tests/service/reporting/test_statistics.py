@@ -189,3 +189,40 @@ def test_until_decided_stops_early_on_a_clear_effect_and_at_the_budget_on_a_null
     assert np.median([r[1] for r in clear]) < 20  # stopped before the budget
     null = [_sequential(rng, [0.0], 3, 2, 20) for _ in range(100)]
     assert np.mean([r[1] == 20 for r in null]) >= 0.9
+
+
+# -- whole records on null data ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("experiment", ["activation_zoo", "mnist_classification", "mnist_autoencoder"])
+def test_a_record_of_null_data_decides_a_claim_at_most_5_percent_of_the_time(experiment):
+    """Synthetic runs where no activation is better than another (each trial one base value times
+    independent lognormal noise, the spec's grid and seeds): the record's whole family of claims,
+    after choosing the lr on validation, decides any claim falsely at most 5% of the time."""
+    import pandas as pd
+
+    from search_spaces import load_spec
+    from service.reporting.aggregate import choose_lr_on_validation, median_over_seeds, selection_metric, table_metrics
+    from service.reporting.paper_table import family_verdicts
+
+    spec = load_spec(experiment).model_dump(mode="json")
+    headline = spec["protocol"]["headline_metric"]
+    metrics = {headline, "val_loss", *(c.get("metric") or headline for c in spec["ranking_claims"])}
+    rng = np.random.default_rng(17)
+    points = [(a, lr, d, s) for a in spec["activation"] for lr in spec["lr"]
+              for d in spec.get("dropout_for", {}).get(a, spec["dropout"]) for s in range(spec["seeds"])]
+    records = 300
+    decided = 0
+    for _ in range(records):
+        runs = pd.DataFrame([{"run_id": f"{a}{lr}{d}{s}", "status": "FINISHED", "phase": "grid", "activation": a,
+                              "dropout": d, "lr": lr, "seed": s, "diverged": False,
+                              **{m: 0.05 * float(np.exp(0.3 * rng.normal())) for m in metrics}}
+                             for a, lr, d, s in points])
+        table = choose_lr_on_validation(median_over_seeds(runs, metrics=table_metrics(runs, spec)),
+                                        by=selection_metric(spec["protocol"]))
+        numbers, claims = family_verdicts(runs, table, spec)
+        assert numbers + claims
+        # under the null a strict order decided either way is false; a "≤" claim (no worse than by the
+        # margin) is true, and only its "not reproduced" is false
+        decided += any(v.verdict == "not reproduced" or (v.verdict == "reproduced" and v.kind == "lower")
+                       for v in numbers + claims)
+    assert decided / records <= 0.05 + 4 * math.sqrt(0.05 * 0.95 / records), decided
