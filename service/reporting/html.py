@@ -13,7 +13,8 @@ from markupsafe import Markup
 
 from service.reporting.aggregate import SweepResults
 from service.reporting.report import (claim_verdicts_table, execution_line, format_value, learned_parameters_table,
-                                      paper_terms_table, protocol_line, readable_table, verdicts_table)
+                                      looks_table, paper_terms_table, protocol_line, readable_table, verdicts_line,
+                                      verdicts_table)
 from service.settings import mask_secrets
 
 PAPERS = {"gelu": "Hendrycks & Gimpel, Gaussian Error Linear Units (GELUs)",
@@ -72,6 +73,8 @@ def to_html(results: SweepResults, figures: dict[str, bytes], mlflow_ui_url: str
         paper_terms=_table(_escaped(paper_terms_table(results))) if has_table else None,
         verdicts=_verdicts(_escaped(verdicts)) if len(verdicts) else None,
         ranked=_verdicts(_escaped(ranked)) if len(ranked) else None,
+        verdicts_how=verdicts_line(results) if len(verdicts) or len(ranked) else "",
+        looks=_table(_escaped(looks)) if has_table and len(looks := looks_table(results)) else None,
         sources=_table(_escaped(pd.DataFrame(results.sources))) if results.sources else None,
         claims=spec.get("claims", []),
         figures=[(name, base64.b64encode(png).decode()) for name, png in sorted(figures.items())],

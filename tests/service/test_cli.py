@@ -167,6 +167,8 @@ def test_until_decided_stops_a_clear_claim_early_and_a_null_one_at_the_budget(tm
     section = report.split("### Looks (seeds until decided)")[1].split("\n\n")[1]
     looks = [line for line in section.splitlines() if " ✓" in line]
     assert len(looks) == 1 and looks[0].split("|")[1].strip() == "1"  # decided at the first look
+    assert _run(env, "report", sweep_id, "--format", "html", "--out", str(tmp_path / "html")).returncode == 0
+    assert "Looks (seeds until decided)" in (tmp_path / "html" / f"{sweep_id}.html").read_text()
 
 
 def test_until_decided_flags_need_each_other(tmp_path):
