@@ -5,13 +5,14 @@ family with parameter values, an expression, or a plugin); a spec names it with 
 string. The maths follows the papers:
 
 - GELU (Hendrycks & Gimpel §2): x·Φ(x), Φ the standard normal CDF; the general form
-  x·P(X ≤ x), X ~ N(μ, σ²), tends to ReLU as σ → 0 (``gelu(sigma=...)``).
+  x·P(X ≤ x), X ~ N(μ, σ²), tends to ReLU as σ → 0 (§5; ``gelu(sigma=...)``).
 - gelu_tanh: the paper's approximation 0.5x(1 + tanh[√(2/π)(x + 0.044715x³)]), used in every
   experiment of the paper.
 - SOI, the stochastic 0-I map (§4): in training the input is multiplied by m ~ Bernoulli(Φ(x));
   at test time it returns the expectation x·Φ(x), which is the GELU.
 - lalu: the Laplace variant x·P(L ≤ x), L ~ Laplace(μ, b), suggested in §2.
-- ELU (Clevert et al.) with α = 1, LReLU with slope 0.1 (as in the ELU paper), SiLU x·σ(βx).
+- ELU (Clevert et al.) with α = 1, LReLU with slope 0.1 (as in the ELU paper), SiLU x·σ(βx) (the GELU
+  paper §5: the SiLU does worse than the GELU, usually better than ReLU and ELU).
 
 A parameter declared learnable is an ``nn.Parameter`` of its layer (one per unit where asked),
 initialised at its value; the family's function takes it as a tensor.

@@ -14,7 +14,7 @@ initialisation stream, the data order and the dropout masks (Bouthillier et al.,
   (log scale), and the Clopper–Pearson interval of P(a < b) on the same seed.
 - Multiplicity: the claims of one record are one family; Holm's step-down adjusts their p-values.
 - A "ties or outperforms" claim is tested against a stated margin: non-inferiority, one-sided at
-  alpha/2, as one half of TOST (the two one-sided tests; :func:`tost_p` is the whole).
+  alpha/2 (one half of TOST, the two one-sided tests of equivalence: the claim needs no more).
 - Power: the seeds a paired t-test needs for 80% power at the observed effect and spread.
 - Seeds until decided: each claim spends its alpha over looks by the Lan–DeMets
   O'Brien–Fleming-type function; a look tests at the alpha spent since the last one, so the
@@ -107,11 +107,6 @@ def paired_t_p(differences, null: float = 0.0, alternative: str = "two-sided") -
         side = {"two-sided": d[0] != null, "less": d[0] < null, "greater": d[0] > null}[alternative]
         return 0.0 if side else 1.0
     return float(stats.ttest_1samp(d, null, alternative=alternative).pvalue)
-
-
-def tost_p(differences, margin: float) -> float:
-    """The two one-sided tests of equivalence: small when the mean difference is within ±margin."""
-    return max(paired_t_p(differences, -margin, "greater"), paired_t_p(differences, margin, "less"))
 
 
 def holm(p_values: list[float]) -> list[float]:
