@@ -42,7 +42,10 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def _in_grid(frame: pd.DataFrame, spec: SweepSpec) -> pd.Series:
-    """Rows whose grid point is on the spec's grid (retraining rows: whose activation, dropout and seed are)."""
+    """Rows whose grid point is on the spec's grid (retraining rows: whose activation, dropout and seed are);
+    with until_decided, every seed its rounds may add is on it."""
+    if spec.until_decided:
+        spec = spec.model_copy(update={"seeds": spec.sequential_seeds()})
     points = {p.key() for p in spec.grid_points()}
     pairs = {(a, d, s) for a, d, _, s in points}
     keys = zip(frame["activation"], frame["dropout"].astype(float), frame["lr"].astype(float), frame["seed"].astype(int),

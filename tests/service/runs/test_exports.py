@@ -10,7 +10,7 @@ import pytest
 from search_spaces import load_spec
 from service.cli import main
 from service.reporting.figures import render_figures
-from service.reporting.report import to_json
+from service.reporting.report import render, to_json
 from service.reporting.results import results_from_exports, sweep_results
 from service.runs.exports import ExportError
 from tests.service.constructed_runs import log_trial, sweep_logger
@@ -184,3 +184,16 @@ def test_the_record_is_rebuilt_from_its_manifest(exported, tmp_path, capsys):
     assert main(["record", str(record / "campaign.yaml")]) == 0
     assert "[gaps](mnist_classification/gaps.md): no: the gap stays" in (record / "README.md").read_text()
     assert "- [is it the epochs?](gaps.md): no: the gap stays. gaps.md follows the gap." in (folder / "README.md").read_text()
+
+
+def test_exports_read_under_an_until_decided_spec_keep_the_rounds_seeds(exported):
+    """Seed 1 lies past the spec's own seed (seeds: 1) but within its until_decided budget: it is a
+    round's seed, so it counts, and the report has a look per round."""
+    _, out = exported
+    spec = load_spec("mnist_classification", quick=True,
+                     overrides={**GRID, "seeds": 1, "until_decided": {"max_seeds": 2, "seeds_per_round": 1}})
+    found = results_from_exports([out / "s0.csv", out / "s1.csv"], spec)
+    assert set(found.table["n_seeds"]) == {2}
+    markdown = render(found, "md")
+    looks = markdown.split("### Looks (seeds until decided)")[1].split("\n\n")[1].splitlines()
+    assert [row.split("|")[2].strip() for row in looks[2:]] == ["1", "2"]  # seeds at each look
