@@ -89,7 +89,8 @@ def _summary(results) -> tuple[str, str, str]:
         if v.verdict != "diverged" and v.effect is not None and v.effect.n >= 2:
             sign = "−" if v.effect.mean_difference < 0 else "+"
             line += (f", Δ {sign}{format_value(metric, abs(v.effect.mean_difference))}, "
-                     f"p<sub>Holm</sub> {'–' if v.p_adjusted is None else f'{v.p_adjusted:.2g}'}, "
+                     + (f"p<sub>Holm</sub> {v.p_adjusted:.2g}, " if v.p_adjusted is not None else
+                        f"p {v.p_value:.2g} at the last look (group-sequential), " if v.p_value is not None else "")
                      + (f"{v.n_pairs} seeds" if v.verdict != "inconclusive" else v.seeds_needed))
         details.append(line)
     if details:
