@@ -55,7 +55,7 @@ def resolve_spec(body: SweepRequest) -> SweepSpec:
     """The spec a request asks for: a catalog experiment by name, or a spec body sent inline. Never a
     path on this machine."""
     overrides = {**body.overrides, **({"execution.rerun": True} if body.rerun else {})}
-    if getattr(body, "until_decided", None) is not None:
+    if body.until_decided is not None:
         overrides["until_decided"] = {"max_seeds": body.until_decided.max_seeds,
                                       "seeds_per_round": body.until_decided.seeds_per_round}
     inline = body.spec is not None
@@ -109,7 +109,7 @@ def request_hash(body: SweepRequest) -> str:
     content = {"experiment": body.experiment, "spec": body.spec, "quick": body.quick, "overrides": body.overrides,
                "name": body.name, "rerun": body.rerun,
                **({"until_decided": [body.until_decided.max_seeds, body.until_decided.seeds_per_round]}
-                  if getattr(body, "until_decided", None) is not None else {})}
+                  if body.until_decided is not None else {})}
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -261,10 +261,8 @@ def round_state(results, spec: SweepSpec) -> dict:
     found = outcome.numbers + outcome.claims
     pairs = set()
     for v in outcome.open_claims:
-        dropouts = ([float(v.where.split("dropout ")[1].split(",")[0])] if "dropout " in v.where
-                    else [d for d in spec.dropout])
-        for activation in (v.better, v.worse):
-            pairs |= {(activation, d) for d in dropouts if d in spec.dropouts_of(activation)}
+        for activation in (v.better, v.worse):  # a claim per dropout rate: that rate; else every rate tuned
+            pairs |= {(activation, d) for d in spec.dropouts_of(activation) if v.dropout in (None, d)}
     return {"look": len(outcome.looks), "seeds": outcome.looks[-1], "max_seeds": outcome.max_seeds,
             "decided": {claim_key(v): v.verdict for v in found if v.verdict not in ("inconclusive", "diverged")},
             "open": [claim_key(v) for v in outcome.open_claims], "pairs": sorted(pairs)}

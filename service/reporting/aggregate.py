@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -51,6 +51,8 @@ class SweepResults:
     provenance: Provenance  # what the parent run records: code version, hardware, data source, quick, slice
     histories: Histories = field(repr=False, default=None)  # per-epoch values, for figures and curve claims
     sources: list[dict] = field(default_factory=list)  # exports a report was built from: sweep, slice, code, machine
+    # the claims decided as one family (service.reporting.paper_table.Family), once: see report.family
+    family: Any = field(repr=False, default=None)
 
     def rows(self, table: pd.DataFrame | None = None) -> list[dict]:
         """The grid table (or another of these tables) as JSON-ready rows (NaN → None)."""

@@ -16,8 +16,9 @@ with Holm's adjustment (service.reporting.statistics, docs/statistics.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
+from typing import Any
 
 import pandas as pd
 
@@ -57,6 +58,8 @@ class Verdict:
     p_value: float | None  # the claim's test: paired t-test across the seeds both have (raw)
     n_pairs: int
     where: str = ""  # "dropout 0.5", "lr 0.001": the panel of the figure the pair belongs to
+    metric: str = ""  # what is compared (a column of the runs)
+    dropout: float | None = None  # the panel's dropout rate, where the claim is made per dropout rate
     kind: str = "lower"  # lower, or ties_or_better (non-inferiority at margin)
     words: str = ""  # the paper's words for the claim
     source: str = ""  # where the paper makes it
@@ -137,7 +140,8 @@ def reported_rows(runs: pd.DataFrame, table: pd.DataFrame, spec: dict, metric: s
 
 
 def compare(better: ReportedRow, worse: ReportedRow, claim: str, paper: tuple, where: str = "", *,
-            kind: str = "lower", smallest_effect: float = 0.02, words: str = "", source: str = "") -> Verdict:
+            dropout: float | None = None, kind: str = "lower", smallest_effect: float = 0.02, words: str = "",
+            source: str = "") -> Verdict:
     """The paired comparison of ``better`` and ``worse`` on the seeds both have, and its test's raw
     p-value; the verdict comes from :func:`decide`, over the family the claim belongs to.
 
@@ -149,13 +153,13 @@ def compare(better: ReportedRow, worse: ReportedRow, claim: str, paper: tuple, w
     """
     if better.diverged or worse.diverged:
         return Verdict(claim, better.activation, worse.activation, "diverged", (better.median, worse.median), paper,
-                       None, 0, where, kind, words, source)
+                       None, 0, where, better.metric, dropout, kind, words, source)
     effect = st.paired_comparison(better.per_seed, worse.per_seed)
     margin, towards, p_value = None, "", None
-    differences = [better.per_seed[s] - worse.per_seed[s] for s in sorted(set(better.per_seed) & set(worse.per_seed))]
     if kind == "ties_or_better":
         margin = smallest_effect * abs(worse.median)
-        below, above = st.paired_t_p(differences, margin, "less"), st.paired_t_p(differences, margin, "greater")
+        below = st.paired_t_p(effect.differences, margin, "less")
+        above = st.paired_t_p(effect.differences, margin, "greater")
         if not math.isnan(below):
             p_value = min(1.0, 2 * min(below, above))
             towards = "reproduced" if below <= above else "not reproduced"
@@ -163,7 +167,8 @@ def compare(better: ReportedRow, worse: ReportedRow, claim: str, paper: tuple, w
         p_value = effect.p_value
         towards = "reproduced" if effect.mean_difference < 0 else "not reproduced"
     return Verdict(claim, better.activation, worse.activation, "pending", (better.median, worse.median), paper,
-                   p_value, effect.n, where, kind, words, source, margin, None, effect, "", towards)
+                   p_value, effect.n, where, better.metric, dropout, kind, words, source, margin, None, effect, "",
+                   towards)
 
 
 def decide(found: list[Verdict], alpha: float = st.ALPHA, smallest_effect: float = 0.02) -> list[Verdict]:
@@ -205,7 +210,7 @@ def verdicts(rows: list[ReportedRow], smallest_effect: float = 0.02) -> list[Ver
         better, worse = (a, b) if a.paper < b.paper else (b, a)
         found.append(compare(better, worse, f"{better.activation} < {worse.activation} on {better.metric}",
                              (better.paper, worse.paper), f"dropout {better.dropout:g}" if split else "",
-                             smallest_effect=smallest_effect))
+                             dropout=better.dropout if split else None, smallest_effect=smallest_effect))
     return found
 
 
@@ -218,46 +223,61 @@ def claim_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> list[
     found = []
     for claim in spec.get("ranking_claims", []):
         column = claim_column(claim, headline)
-        if claim.get("at_every_lr"):
-            groups = [(f"lr {lr:g}, dropout {d:g}", _rows_at(runs, table, lr, d, column))
+        if claim.get("at_every_lr"):  # (where, the panel's dropout, rows)
+            one_dropout = len(table["dropout"].unique()) == 1
+            groups = [(f"lr {lr:g}" if one_dropout else f"lr {lr:g}, dropout {d:g}", float(d),
+                       _rows_at(runs, table, lr, d, column))
                       for (lr, d), _ in table.groupby(["lr", "dropout"], sort=True)]
-            groups = [(where.split(",")[0] if len(table["dropout"].unique()) == 1 else where, rows)
-                      for where, rows in groups]
         else:
             rows = reported_rows(runs, table, spec, metric=column)
             dropouts = sorted({r.dropout for r in rows}) if split_by_dropout(spec) else [None]
-            groups = [(f"dropout {d:g}" if d is not None else "", [r for r in rows if d is None or r.dropout == d])
-                      for d in dropouts]
+            groups = [(f"dropout {d:g}" if d is not None else "", d,
+                       [r for r in rows if d is None or r.dropout == d]) for d in dropouts]
         against = set(claim.get("against") or [])
         kind = claim.get("kind", "lower")
         relation = "≤" if kind == "ties_or_better" else "<"
-        for where, rows in groups:
+        for where, dropout, rows in groups:
             best = next((r for r in rows if r.activation == claim["best"]), None)
             for other in (r for r in rows if r.activation != claim["best"] and (not against or r.activation in against)):
                 if best is None:
                     continue
                 found.append(compare(best, other, f"{best.activation} {relation} {other.activation} on {column}",
-                                     (None, None), where, kind=kind, smallest_effect=smallest_effect,
+                                     (None, None), where, dropout=dropout, kind=kind, smallest_effect=smallest_effect,
                                      words=claim.get("words", ""), source=claim.get("source", "")))
     return found
 
 
-def family_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> tuple[list[Verdict], list[Verdict]]:
-    """Every claim of a sweep decided as one family: the orderings of the paper's numbers, and the
-    ranking claims' pairs (each list in its order)."""
+@dataclass
+class Family:
+    """A sweep's claims, decided as one family."""
+
+    numbers: list[Verdict] = field(default_factory=list)  # the orderings of the paper's numbers
+    claims: list[Verdict] = field(default_factory=list)  # the ranking claims' pairs
+    sequential: Any = None  # until_decided: its looks (service.reporting.sequential.SequentialOutcome)
+
+
+def decide_family(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> Family:
+    """Every claim of a sweep decided as one family: with Holm (:func:`decide`), or over the looks
+    of seeds until decided."""
     if not spec or not len(table):
-        return [], []
+        return Family()
     if spec.get("until_decided"):  # seeds until decided: the looks' group-sequential decisions
         from service.reporting.sequential import sequential_verdicts
 
         outcome = sequential_verdicts(runs[runs["phase"] == "grid"], spec)
-        return outcome.numbers, outcome.claims
+        return Family(outcome.numbers, outcome.claims, outcome)
     protocol = spec.get("protocol", {})
     smallest_effect = protocol.get("smallest_effect", 0.02)
     numbers = verdicts(reported_rows(runs, table, spec), smallest_effect)
     claims = claim_verdicts(runs, table, spec)
     decide(numbers + claims, protocol.get("alpha", st.ALPHA), smallest_effect)
-    return numbers, claims
+    return Family(numbers, claims)
+
+
+def family_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> tuple[list[Verdict], list[Verdict]]:
+    """(the orderings of the paper's numbers, the ranking claims' pairs), decided as one family."""
+    found = decide_family(runs, table, spec)
+    return found.numbers, found.claims
 
 
 def _rows_at(runs: pd.DataFrame, table: pd.DataFrame, lr: float, dropout: float, metric: str) -> list[ReportedRow]:

@@ -17,8 +17,8 @@ import yaml
 
 from search_spaces import load_spec
 from service.reporting.figures import render_figures
-from service.reporting.paper_table import family_verdicts, reported_rows
-from service.reporting.report import format_value, render, to_json
+from service.reporting.paper_table import reported_rows
+from service.reporting.report import family, format_interval, format_value, render, to_json
 from service.reporting.results import results_from_exports
 from service.runs.exports import ExportError
 
@@ -73,18 +73,17 @@ def _summary(results) -> tuple[str, str, str]:
     split = len({r.activation for r in rows}) < len(rows)
     ours = "; ".join(
         f"{r.activation}{f' (dropout {r.dropout:g})' if split else ''}: "
-        + ("diverged" if r.diverged else f"{format_value(r.metric, r.median)} [{format_value(r.metric, r.ci_low)}, "
-                                         f"{format_value(r.metric, r.ci_high)}] ({r.ci_coverage:.1%}), "
-                                         f"{r.n_seeds} seeds".replace(".0%)", "%)"))
+        + ("diverged" if r.diverged else f"{format_value(r.metric, r.median)} "
+                                         f"{format_interval(r.metric, r.ci_low, r.ci_high, r.ci_coverage)}, "
+                                         f"{r.n_seeds} seeds")
         for r in rows)
-    numbers, claims = family_verdicts(results.runs, results.table, results.spec)
-    found = numbers + claims
+    found = family(results).numbers + family(results).claims
     counts = {v: sum(x.verdict == v for x in found)
               for v in ("reproduced", "not reproduced", "inconclusive", "diverged")}
     verdict = ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "no ordering to check"
     details = []
     for v in found:
-        metric = v.claim.rsplit(" on ", 1)[-1]
+        metric = v.metric
         line = f"{v.claim.rsplit(' on ', 1)[0]}{f' ({v.where})' if v.where else ''}: **{v.verdict}**"
         if v.verdict != "diverged" and v.effect is not None and v.effect.n >= 2:
             sign = "−" if v.effect.mean_difference < 0 else "+"

@@ -8,7 +8,7 @@ from dataclasses import asdict
 import pandas as pd
 
 from service.reporting.aggregate import SweepResults
-from service.reporting.paper_table import Verdict, family_verdicts, reported_rows
+from service.reporting.paper_table import Family, Verdict, decide_family, reported_rows
 
 FORMATS = ("md", "csv", "json", "html")
 SHOWN = ["activation", "dropout", "lr", "n_seeds", "n_diverged", "train_loss", "train_loss_eval", "val_loss",
@@ -85,12 +85,20 @@ def paper_terms_table(results: SweepResults) -> pd.DataFrame:
     return pd.DataFrame([{
         "activation": r.activation, "dropout": r.dropout, "chosen lr": "diverged" if r.diverged else f"{r.lr:g}",
         "metric": r.metric, "ours (median)": "diverged" if r.diverged else format_value(r.metric, r.median),
-        "interval (coverage)": _interval(r.metric, r.ci_low, r.ci_high, r.ci_coverage),
+        "interval (coverage)": format_interval(r.metric, r.ci_low, r.ci_high, r.ci_coverage),
         **({"best epoch (median)": format_value("best_val_epoch", r.best_val_epoch)} if at_best else {}),
         "seeds": r.n_seeds, "diverged": r.n_diverged, "paper": format_value(r.metric, r.paper)} for r in rows])
 
 
-def _interval(metric: str, low: float, high: float, coverage: float) -> str:
+def family(results: SweepResults) -> Family:
+    """The sweep's claims, decided once per results: every table, line and look of a report reads
+    the same decision."""
+    if results.family is None:
+        results.family = decide_family(results.runs, results.table, results.spec)
+    return results.family
+
+
+def format_interval(metric: str, low: float, high: float, coverage: float) -> str:
     """An interval as reports print it, with the coverage its method has (never a bare "95%")."""
     if low is None or pd.isna(low):
         return "–"
@@ -111,7 +119,7 @@ def _p(value: float | None) -> str:
 def _verdict_rows(found: list[Verdict]) -> pd.DataFrame:
     rows = []
     for v in found:
-        e, metric = v.effect, v.claim.rsplit(" on ", 1)[-1]
+        e, metric = v.effect, v.metric
         rows.append({
             "claim": v.claim + (f" ({v.where})" if v.where else ""),
             **({"paper": f"{format_value(metric, v.paper[0])} vs {format_value(metric, v.paper[1])}"}
@@ -134,30 +142,30 @@ def _verdict_rows(found: list[Verdict]) -> pd.DataFrame:
 
 def verdicts_table(results: SweepResults) -> pd.DataFrame:
     """One row per ordering the paper reports with numbers: ours, the paired comparison, the verdict."""
-    return _verdict_rows(family_verdicts(results.runs, results.table, results.spec)[0])
+    return _verdict_rows(family(results).numbers)
 
 
 def claim_verdicts_table(results: SweepResults) -> pd.DataFrame:
     """One row per pair of each ranking claim (an ordering the paper shows without numbers)."""
-    return _verdict_rows(family_verdicts(results.runs, results.table, results.spec)[1])
+    return _verdict_rows(family(results).claims)
 
 
 def verdicts_line(results: SweepResults) -> str:
     """How the verdicts below are decided, with the family's size and the spec's smallest effect."""
     protocol = (results.spec or {}).get("protocol", {})
-    numbers, claims = family_verdicts(results.runs, results.table, results.spec)
-    tested = sum(v.verdict != "diverged" for v in numbers + claims)
-    own = (results.spec or {}).get("paper") == "custom"
+    found = family(results)
+    tested = sum(v.verdict != "diverged" for v in found.numbers + found.claims)
+    subject = ("Hypotheses of this experiment, not claims of the papers" if (results.spec or {}).get("paper") == "custom"
+               else "Verdicts")
     plan = (results.spec or {}).get("until_decided")
     if plan:
-        return (f"{'Hypotheses of this experiment, not claims of the papers' if own else 'Verdicts'}, seeds until "
-                f"decided: the {tested} claims below are one family, looked at after the spec's seeds and after "
+        return (f"{subject}, seeds until decided: the {tested} claims below are one family, looked at after the spec's seeds and after "
                 f"each round of {plan['seeds_per_round']} more (up to {plan['max_seeds']}); only the configurations "
                 f"of undecided claims got more seeds, and the lr was chosen again at every look. Each claim spends "
                 f"its share of alpha = {protocol.get('alpha', 0.05):g} over the looks (Lan–DeMets, O'Brien–Fleming "
                 f"type); a decided claim's share goes to the others (Holm). The table of looks gives each claim's "
                 f"paired t-test p against the level of that look (✓: decided there). docs/statistics.md")
-    return (f"{'Hypotheses of this experiment, not claims of the papers' if own else 'Verdicts'}: each claim is a "
+    return (f"{subject}: each claim is a "
             f"paired comparison on the seeds both sides share (the difference per seed; docs/statistics.md). The "
             f"{tested} claims below are one family: a claim is decided when its Holm-adjusted paired t-test p is "
             f"below {protocol.get('alpha', 0.05):g} (reproduced: the paper's order; not reproduced: the opposite "
@@ -193,11 +201,8 @@ def paper_terms_markdown(results: SweepResults) -> list[str]:
 
 def looks_table(results: SweepResults) -> pd.DataFrame:
     """The looks of an until_decided sweep: per look its seeds and each claim's p against its level."""
-    if not (results.spec or {}).get("until_decided") or not len(results.table):
-        return pd.DataFrame()
-    from service.reporting.sequential import sequential_verdicts
-
-    return sequential_verdicts(results.runs[results.runs["phase"] == "grid"], results.spec).looks_table()
+    sequential = family(results).sequential
+    return sequential.looks_table() if sequential is not None else pd.DataFrame()
 
 
 def claim_sources(spec: dict) -> list[str]:
@@ -276,7 +281,7 @@ def to_markdown(results: SweepResults) -> str:
 
 def to_json(results: SweepResults) -> dict:
     reported = reported_rows(results.runs, results.table, results.spec) if results.spec and len(results.table) else []
-    numbers, claimed = family_verdicts(results.runs, results.table, results.spec)
+    numbers, claimed = family(results).numbers, family(results).claims
     return {"sweep_id": results.sweep_id, "experiment": results.experiment,
             "protocol": {"aggregate": "median", "select_lr_by": results.select_lr_by,
                          "headline_metric": results.headline_metric},

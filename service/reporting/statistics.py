@@ -42,11 +42,6 @@ class Interval:
     coverage: float  # the probability the method covers the true value (exact, or nominal for t)
     method: str
 
-    def label(self, fmt=lambda v: f"{v:.4g}") -> str:
-        if math.isnan(self.low):
-            return "–"
-        return f"[{fmt(self.low)}, {fmt(self.high)}] ({self.coverage:.1%})".replace(".0%", "%")
-
 
 def _clean(values) -> np.ndarray:
     data = np.asarray(list(values), dtype=float)
@@ -169,6 +164,7 @@ class PairedComparison:
     """``a`` against ``b`` on the seeds both have: effect sizes with their intervals, and the test."""
 
     n: int
+    differences: tuple[float, ...]  # a - b per seed, in seed order
     mean_difference: float
     mean_interval: Interval  # t, 95%
     median_difference: float
@@ -198,7 +194,7 @@ def paired_comparison(a: dict[int, float], b: dict[int, float]) -> PairedCompari
     else:
         ratio, ratio_ci = math.nan, Interval(math.nan, math.nan, 0.0, "t on log ratios")
     wins = float(np.sum(d < 0) + 0.5 * np.sum(d == 0))
-    return PairedComparison(n, float(d.mean()) if n else math.nan, t_interval(d), median_d, median_ci,
+    return PairedComparison(n, tuple(float(v) for v in d), float(d.mean()) if n else math.nan, t_interval(d), median_d, median_ci,
                             float(d.std(ddof=1)) if n > 1 else math.nan, ratio, ratio_ci,
                             wins / n if n else math.nan, clopper_pearson(wins, n), paired_t_p(d))
 
