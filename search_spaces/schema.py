@@ -160,6 +160,10 @@ class Execution(StrictModel):
     # pack_size auto: the bytes a pack may hold, in GB; unset: gpus_per_trial of the GPU's memory
     # less 15% headroom, or on CPUs half the memory free on the node shared by the packs at once
     pack_memory_gb: float | None = Field(None, gt=0, le=100_000)
+    # a trial on CPUs may allocate at most this many GB beyond what its process held when it started
+    # (its own RLIMIT_DATA): an allocation past it fails, and the trial ends FAILED, saying so, alone.
+    # Unset: 3 × its estimated footprint + 2 GB (workers/footprint.py), per-trial mode on CPUs
+    memory_limit_gb: float | None = Field(None, gt=0, le=100_000)
     cpus_per_trial: float = Field(1.0, gt=0, le=1024)  # per Tune trial: a grid point, or a whole fused pack
     gpus_per_trial: float = Field(0.0, ge=0, le=64)  # fractions let several trials share one GPU
     max_concurrent_trials: Annotated[int, Field(ge=1, le=100_000)] | None = None

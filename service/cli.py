@@ -13,7 +13,7 @@ from search_spaces import SpecError, catalog, load_spec, parse_set_options
 from service.reporting.report import FORMATS, render
 from service.reporting.results import sweep_results
 from service.runs.exports import ExportError
-from service.runs.store import RunStore, SweepNotFound
+from service.runs.store import RunStore, RunsUnavailable, SweepNotFound, fail_fast_over_http
 from service.settings import get_settings
 from workers.activation_defs import ActivationError, parse_name
 from workers.data import DatasetNotFound
@@ -92,6 +92,7 @@ def cmd_run(args) -> int:
 
     for name in spec.activation:  # f and f′ finite on a probe tensor, or a clear error now
         probe(spec.activation_def(name))
+    _check_footprint(spec, settings)
     # Imported once the spec is valid: Ray and Tune take seconds to import.
     from service.orchestration.progress import LiveProgress
     from service.orchestration.sweeps import connect_ray, load_splits, new_sweep_id, run_sweep
@@ -184,16 +185,54 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _check_footprint(spec, settings) -> None:
+    """A trial larger than this machine's memory, or a sweep over ACTSWEEP_MAX_SWEEP_PFLOP, is refused
+    before anything is allocated (estimated on the meta device: workers.footprint)."""
+    import psutil
+
+    from workers.footprint import unaffordable
+
+    refused = unaffordable(spec, psutil.virtual_memory().total, settings.max_sweep_pflop * 1e15)
+    if refused is not None:
+        raise SpecError(refused[1])
+
+
 def cmd_serve(args) -> int:
     import uvicorn
 
     from service.api.main import create_app
+    from service.orchestration.jobs import ClusterUnreachable, RayJobs
+    from service.settings import mask_secrets
 
     settings = get_settings()
     if settings.api_token is None and not _loopback(args.host):
         raise SpecError(f"--host: {args.host} is reachable from other machines, and without ACTSWEEP_API_TOKEN anyone "
                         f"there could run sweeps: set ACTSWEEP_API_TOKEN, or listen on 127.0.0.1 (the default)")
+    try:  # this home's own head (reattached, or started on free ports), or the cluster it is pointed at
+        RayJobs(settings).ensure_cluster(wait_s=settings.ray_join_timeout_s)
+    except (ClusterUnreachable, RuntimeError) as exc:
+        print(f"actsweep serve: cannot join a Ray cluster: {mask_secrets(str(exc))}", file=sys.stderr)
+        return 1
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def cmd_stop(args) -> int:
+    from service.orchestration.jobs import RayJobs
+    from service.orchestration.records import SweepStore
+
+    settings = get_settings()
+    head, open_ids = RayJobs(settings).stop_own_head(args.force, SweepStore(settings.resolved_database_url))
+    if head is None:
+        print(f"no Ray head was started for {settings.root}")
+        return 0
+    if open_ids and not args.force:
+        print(f"{len(open_ids)} sweep(s) still running on the Ray head at {head.dashboard_url}: {', '.join(open_ids)}. "
+              f"Wait for them, cancel them (DELETE /sweeps/ID), or stop anyway with --force (they end "
+              f"'interrupted')", file=sys.stderr)
+        return 1
+    print(f"stopped the Ray head at {head.dashboard_url}"
+          + (f"; {len(open_ids)} sweep(s) interrupted: {', '.join(open_ids)}" if open_ids else ""))
     return 0
 
 
@@ -271,6 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(handler=cmd_serve)
+
+    stop = commands.add_parser("stop", help="end the Ray head this ACTSWEEP_HOME started (once its sweeps are over)")
+    stop.add_argument("--force", action="store_true", help="end it anyway; its open sweeps end 'interrupted'")
+    stop.set_defaults(handler=cmd_stop)
     return parser
 
 
@@ -280,11 +323,19 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"]:  # its options are the benchmark's own (argparse's REMAINDER drops leading options)
         argv = ["bench", "--", *argv[1:]]
     args = build_parser().parse_args(argv)
+    if args.command in ("report", "export"):
+        fail_fast_over_http()
     try:
         return args.handler(args)
     except USER_ERRORS as exc:
         print(f"actsweep: error: {exc}", file=sys.stderr)
         return 2
+    except RunsUnavailable as exc:  # no verdict on any sweep: say which store, and that nothing was changed
+        from service.settings import mask_secrets
+
+        print(f"actsweep: the MLflow store at {mask_secrets(get_settings().resolved_tracking_uri)} did not answer "
+              f"({exc}); nothing was changed, try again later", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

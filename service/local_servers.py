@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,61 +46,110 @@ def _as_postgres_user() -> list[str]:
     return ["runuser", "-u", "postgres", "--"]
 
 
+class PostgresServer:
+    """A throwaway PostgreSQL cluster on 127.0.0.1 that can be killed and started again on its port
+    (its data kept): ``urls`` are the SQLAlchemy URLs of its databases."""
+
+    def __init__(self, databases: tuple[str, ...]):
+        self.bin_dir, self.run_as, self.port = _postgres_bin(), _as_postgres_user(), free_port()
+        # its own folder directly under /tmp: pytest's are private to the user running the tests
+        self.folder = Path(tempfile.mkdtemp(prefix="actsweep-pg-"))
+        self.data, self.sockets = self.folder / "pgdata", self.folder / "pgsocket"
+        self.sockets.mkdir()
+        if self.run_as:
+            shutil.chown(self.folder, "postgres")
+            shutil.chown(self.sockets, "postgres")
+        subprocess.run([*self.run_as, str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", "actsweep",
+                        "--auth=trust", "--no-sync"], check=True, capture_output=True, timeout=120)
+        self.start()
+        for name in databases:
+            subprocess.run([str(self.bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "actsweep",
+                            name], check=True, capture_output=True, timeout=60)
+        self.urls = {name: f"postgresql+psycopg://actsweep@127.0.0.1:{self.port}/{name}" for name in databases}
+
+    def start(self) -> None:
+        subprocess.run([*self.run_as, str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-w", "-l",
+                        str(self.folder / "postgres.log"), "-o",
+                        f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
+                       check=True, capture_output=True, timeout=120)
+
+    @property
+    def pid(self) -> int:
+        """The postmaster's pid (the first line of its postmaster.pid)."""
+        return int((self.data / "postmaster.pid").read_text().split()[0])
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster and its backends at once, as a crash of its machine would."""
+        postmaster = psutil.Process(self.pid)
+        processes = [postmaster, *postmaster.children(recursive=True)]
+        for process in processes:
+            process.kill()
+        psutil.wait_procs(processes, timeout=30)
+
+    def stop(self) -> None:
+        subprocess.run([*self.run_as, str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
+                       capture_output=True, timeout=60)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 @contextmanager
 def postgres_server(databases: tuple[str, ...]):
     """A throwaway PostgreSQL cluster on 127.0.0.1; yields {database: SQLAlchemy URL}."""
-    bin_dir, run_as, port = _postgres_bin(), _as_postgres_user(), free_port()
-    # its own folder directly under /tmp: pytest's are private to the user running the tests
-    folder = Path(tempfile.mkdtemp(prefix="actsweep-pg-"))
-    data, sockets = folder / "pgdata", folder / "pgsocket"
-    sockets.mkdir()
-    if run_as:
-        shutil.chown(folder, "postgres")
-        shutil.chown(sockets, "postgres")
-    subprocess.run([*run_as, str(bin_dir / "initdb"), "-D", str(data), "-U", "actsweep", "--auth=trust",
-                    "--no-sync"], check=True, capture_output=True, timeout=120)
-    subprocess.run([*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-l", str(folder / "postgres.log"),
-                    "-o", f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
-                   check=True, capture_output=True, timeout=120)
+    server = PostgresServer(databases)
     try:
-        for name in databases:
-            subprocess.run([str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "actsweep", name],
-                           check=True, capture_output=True, timeout=60)
-        yield {name: f"postgresql+psycopg://actsweep@127.0.0.1:{port}/{name}" for name in databases}
+        yield server.urls
     finally:
-        subprocess.run([*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True, timeout=60)
-        shutil.rmtree(folder, ignore_errors=True)
+        server.stop()
+
+
+class MlflowServer:
+    """``mlflow server`` on 127.0.0.1 with ``backend_uri`` and served artifacts, on a port it keeps
+    when it is killed (by pid) and started again."""
+
+    def __init__(self, backend_uri: str, artifacts: Path, log: Path):
+        self.backend_uri, self.artifacts, self.log = backend_uri, artifacts, log
+        self.port, self.process = free_port(), None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "MlflowServer":
+        with open(self.log, "a") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+                 "--backend-store-uri", self.backend_uri, "--serve-artifacts", "--artifacts-destination",
+                 str(self.artifacts), "--workers", "1"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mlflow server did not start: {self.log.read_text()[-2000:]}")
+            time.sleep(0.5)
+
+    def kill(self) -> None:
+        """SIGKILL the server and its workers (its process group), as a crash would."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
 
 
 @contextmanager
 def mlflow_server(backend_uri: str, artifacts: Path, log: Path):
     """``mlflow server`` on 127.0.0.1 with ``backend_uri`` and served artifacts; yields its URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-                                    "--backend-store-uri", backend_uri, "--serve-artifacts",
-                                    "--artifacts-destination", str(artifacts), "--workers", "1"],
-                                   stdout=out, stderr=subprocess.STDOUT)
+    server = MlflowServer(backend_uri, artifacts, log).start()
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
-        yield url
+        yield server.url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        server.stop()
 
 
 class RayNode:

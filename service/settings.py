@@ -53,15 +53,25 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = None  # when set, the REST API requires "Authorization: Bearer <token>"
 
     # REST service
-    ray_dashboard_url: str = "http://127.0.0.1:8265"  # where sweeps are submitted as Ray jobs
-    start_local_ray: bool = True  # `serve` starts a local Ray head there when none answers
+    # where sweeps are submitted as Ray jobs; unset: the head this home starts for itself, on free
+    # ports, recorded in HOME/ray/head.json
+    ray_dashboard_url: str | None = None
+    start_local_ray: bool = True  # `serve` starts a local Ray head when none of its own answers
+    ray_join_timeout_s: float = 60.0  # `serve` pointed at a cluster waits this long for it, then exits
     ray_temp_dir: str | None = None  # that head's --temp-dir (Ray's default: /tmp/ray)
     mlflow_ui_url: str | None = None  # for links; default: the tracking URI if it is http(s)
     max_trials_per_sweep: int = 2000  # larger grids are rejected with 422, not run
+    # a sweep whose estimated work (trial-epochs × FLOPs per epoch, workers/footprint.py) is larger is
+    # rejected with 422; the largest catalog experiment (elu_imagenet) is about 1,750 PFLOP
+    max_sweep_pflop: float = 10_000.0
     # paths a submitted spec may name (data_options.embeddings) lie inside the data directory or these
     data_roots: list[Path] = []
     idempotency_queued_s: float = 600.0  # an Idempotency-Key whose sweep stayed queued this long may be retried
     health_cache_s: float = 2.0  # /healthz checks Ray, MLflow and the database at most this often
+    # a sweep's driver waits out an outage of MLflow or of the sweep database this long (seconds),
+    # retrying with backoff, before the sweep fails (service.patience)
+    outage_patience_s: float = 600.0
+    reconcile_s: float = 5.0  # the API's reconciler looks at every open sweep this often (seconds)
     driver_restarts: int = 2  # a sweep whose driver dies is continued by a new one (Tuner.restore) this often
 
     @cached_property

@@ -1,6 +1,11 @@
 """The Ray Tune trainable: one grid point, trained by :func:`workers.train.train_epochs`."""
 from __future__ import annotations
 
+import re
+import resource
+from contextlib import contextmanager
+from pathlib import Path
+
 import ray
 import torch
 from ray import tune
@@ -19,6 +24,31 @@ def trial_device(gpus_per_trial: float) -> torch.device:
     return torch.device("cpu")
 
 
+@contextmanager
+def memory_limit(extra_bytes: int | None):
+    """At most ``extra_bytes`` more private memory for this process while the trial runs (the soft
+    RLIMIT_DATA, above what it holds now): past it an allocation fails (torch: "can't allocate
+    memory"), so a trial that outgrows its estimate fails alone instead of leaving the node to Ray's
+    memory monitor. The limit is lifted after the trial: the process (reused actors) serves others."""
+    if not extra_bytes:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    held = int(re.search(r"VmData:\s+(\d+) kB", Path("/proc/self/status").read_text())[1]) * 1024
+    limit = held + extra_bytes if hard == resource.RLIM_INFINITY else min(held + extra_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        if not isinstance(exc, MemoryError) and "can't allocate memory" not in str(exc):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise MemoryError(f"the trial went past its memory limit, {extra_bytes / 1e9:.2f} GB more than its process "
+                          f"held at its start (execution.memory_limit_gb): {type(exc).__name__} {first}") from exc
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
 def run_trial(config: dict, splits: Splits) -> None:
     """Train one trial (a grid point or a fused pack) and report every epoch's metrics to Tune,
     each after the state to resume from is written (workers.checkpoints).
@@ -29,9 +59,14 @@ def run_trial(config: dict, splits: Splits) -> None:
     names the Ray node that trained it (``node_id``: nodes on one host share an IP) and the
     fraction of a GPU it holds (``gpus``).
     """
+    device = trial_device(config.get("gpus_per_trial", 0.0))
+    with memory_limit(config.get("memory_limit_bytes") if device.type == "cpu" else None):
+        _run_trial(config, splits, device)
+
+
+def _run_trial(config: dict, splits: Splits, device: torch.device) -> None:
     # One intra-op thread per reserved CPU, so concurrent trials do not oversubscribe the cores.
     torch.set_num_threads(max(1, int(config.get("cpus_per_trial", 1))))
-    device = trial_device(config.get("gpus_per_trial", 0.0))
     path = state_path(config)
     resume = load_state(path) if path else None
     context = ray.get_runtime_context()  # where it runs, and what it holds of a GPU (a pack may hold half)

@@ -17,6 +17,7 @@ from sqlalchemy.pool import NullPool
 
 from service.api.schemas import Health
 from service.orchestration.jobs import RayJobs, ray_auth_headers
+from service.orchestration.local_head import dashboard_url_of
 from service.settings import Settings, mask_secrets
 
 CHECK_TIMEOUT_S = 2.0
@@ -24,9 +25,11 @@ _checks = ThreadPoolExecutor(max_workers=6, thread_name_prefix="healthz")
 
 
 def _ray(settings: Settings) -> dict:
-    answer = httpx.get(f"{settings.ray_dashboard_url}/api/version", headers=ray_auth_headers(),
-                       timeout=CHECK_TIMEOUT_S)
-    return {"ok": answer.status_code == 200, "dashboard": mask_secrets(settings.ray_dashboard_url),
+    url = dashboard_url_of(settings)
+    if url is None:
+        return {"ok": False, "error": f"no Ray head started for {settings.root} yet"}
+    answer = httpx.get(f"{url}/api/version", headers=ray_auth_headers(), timeout=CHECK_TIMEOUT_S)
+    return {"ok": answer.status_code == 200, "dashboard": mask_secrets(url),
             **({} if answer.status_code == 200 else {"error": f"HTTP {answer.status_code}"})}
 
 

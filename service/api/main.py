@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -12,9 +11,10 @@ from sqlalchemy.exc import OperationalError
 from service.api.health import HealthProbe
 from service.api.routes import experiments, health, sweeps
 from service.orchestration.jobs import ClusterUnreachable, RayJobs
+from service.orchestration.reconciler import Reconciler
 from service.orchestration.records import SweepStore
 from service.orchestration.submission import SubmissionError
-from service.runs.store import RunsUnavailable
+from service.runs.store import RunsUnavailable, fail_fast_over_http
 from service.settings import Settings, get_settings, mask_secrets
 
 logger = logging.getLogger("actsweep.api")
@@ -22,18 +22,14 @@ logger = logging.getLogger("actsweep.api")
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    # an MLflow server that does not answer: a request fails in seconds (a 503), not after minutes of retries
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    fail_fast_over_http()  # an MLflow server that does not answer: a request fails in seconds (a 503)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        try:  # reattach to the head that answers, or start one (in its own session: it outlives the API)
-            app.state.jobs.ensure_cluster()
-        except Exception as exc:  # the API still serves: /healthz says Ray is down, submissions answer 503
-            logger.warning("no Ray cluster yet (%s: %s); submissions will try again", type(exc).__name__,
-                           mask_secrets(str(exc)))
+        # (`actsweep serve` has joined the cluster, or started this home's head, before the app starts)
+        reconciler = Reconciler(app.state.store, app.state.jobs, settings).start()
         yield
+        reconciler.stop()
 
     app = FastAPI(title="actsweep", version="0.1.0", lifespan=lifespan,
                   description="Activation × lr × dropout × seed sweeps on Ray Tune, tracked in MLflow.")

@@ -54,7 +54,7 @@ class Progress(BaseModel):
 
 
 class Links(BaseModel):
-    ray_dashboard: str
+    ray_dashboard: str | None
     ray_job: str | None
     mlflow_experiment: str | None
     mlflow_parent_run: str | None
@@ -80,7 +80,7 @@ class SweepPublic(BaseModel):
     experiment: str
     quick: bool
     overrides: dict[str, Any]
-    state: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    state: Literal["queued", "running", "succeeded", "failed", "cancelled", "interrupted"]
     error: str | None
     created_at: dt.datetime
     started_at: dt.datetime | None

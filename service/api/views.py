@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from service.api.schemas import Links, Progress, SweepDetail, SweepPublic, TrialPublic
+from service.orchestration.local_head import dashboard_url_of
 from service.orchestration.records import SweepRecord, TrialCounts
 from service.settings import Settings
 
@@ -14,10 +15,10 @@ def _progress(record: SweepRecord, counts: TrialCounts) -> Progress:
 
 
 def _links(record: SweepRecord, settings: Settings) -> Links:
-    dashboard, ui = settings.ray_dashboard_url.rstrip("/"), settings.resolved_mlflow_ui_url
+    dashboard, ui = dashboard_url_of(settings), settings.resolved_mlflow_ui_url
     exp, run = record.mlflow_experiment_id, record.mlflow_parent_run_id
     return Links(ray_dashboard=dashboard,
-                 ray_job=f"{dashboard}/#/jobs/{record.ray_job_id}" if record.ray_job_id else None,
+                 ray_job=f"{dashboard}/#/jobs/{record.ray_job_id}" if dashboard and record.ray_job_id else None,
                  mlflow_experiment=f"{ui}/#/experiments/{exp}" if exp else None,
                  mlflow_parent_run=f"{ui}/#/experiments/{exp}/runs/{run}" if exp and run else None)
 

@@ -2,7 +2,7 @@
 
 It reads the sweep record, runs the sweep (service.orchestration.sweeps.run_sweep), and writes the sweep's
 and every trial's state back to the record as it goes. Started for a sweep whose record says
-``running``, it replaces a driver that died (service.orchestration.submission.refresh starts it): the sweep
+``running``, it replaces a driver that died (service.orchestration.reconciler starts it): the sweep
 continues from Tune's experiment state and its MLflow runs, and finished trials are not rerun.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 from search_spaces import SweepSpec
 from service.orchestration.records import TERMINAL_STATES, SweepStore, utcnow
-from service.orchestration.sweeps import run_sweep
+from service.orchestration.sweeps import failure_reason, run_sweep
 from service.orchestration.trial_states import TrialStateRecorder
 from service.runs.store import RunStore
 from service.settings import get_settings
@@ -25,7 +25,7 @@ def _interrupt(signum, frame):
 
 def drive(sweep_id: str) -> int:
     settings = get_settings()
-    store = SweepStore(settings.resolved_database_url)
+    store = SweepStore(settings.resolved_database_url, patience_s=settings.outage_patience_s)
     record = store.get(sweep_id)
     if record is None:
         print(f"no sweep {sweep_id} in {settings.resolved_database_url}", file=sys.stderr)
@@ -41,8 +41,9 @@ def drive(sweep_id: str) -> int:
         positions = {GridPoint(trial.activation, trial.lr, trial.dropout, trial.seed).key(): trial.position for trial in record.trials}
         outcome = run_sweep(
             spec, settings, sweep_id=sweep_id, quick=record.quick, name=record.name,
-            callbacks=(TrialStateRecorder(settings.resolved_database_url, RunStore(settings.resolved_tracking_uri),
-                                          sweep_id, positions),),
+            callbacks=(TrialStateRecorder(settings.resolved_database_url,
+                                          RunStore(settings.resolved_tracking_uri, patience_s=settings.outage_patience_s),
+                                          sweep_id, positions, patience_s=settings.outage_patience_s),),
             on_parent_run=lambda exp_id, run_id: store.update(
                 sweep_id, mlflow_experiment_id=exp_id, mlflow_parent_run_id=run_id),
             on_reused=lambda reused: _record_reused(store, sweep_id, positions, reused, spec.epochs),
@@ -52,12 +53,13 @@ def drive(sweep_id: str) -> int:
         store.finish(sweep_id, "cancelled")
         return 0
     except Exception as exc:
-        store.finish(sweep_id, "failed", error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+        store.finish(sweep_id, "failed", error=failure_reason(exc))
         raise
     if store.get(sweep_id).cancel_requested:
         store.finish(sweep_id, "cancelled")
     elif outcome.errors:
-        store.finish(sweep_id, "failed", error=f"{outcome.errors} of {outcome.trials} trials failed")
+        store.finish(sweep_id, "failed", error=f"{outcome.errors} of {outcome.trials} trials failed; the first: "
+                                               f"{outcome.first_error}")
     else:
         store.finish(sweep_id, "succeeded")
     return 0

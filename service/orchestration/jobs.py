@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import time
-from functools import cached_property
 from pathlib import Path
-from urllib.parse import urlparse
 
 import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from service.orchestration.local_head import (HEAD_START_S, LocalHead, dashboard_url_of, head_lock, recorded_head,
+                                              start_head, stop_head, wait_for_dashboard)
 from service.settings import Settings, mask_secrets, write_secret
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -31,10 +31,17 @@ def restart_count(job_id: str) -> int:
 
 
 def dashboard_answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether a Ray dashboard answers at ``url`` (whether or not it would take our token)."""
+    return dashboard_status(url, timeout) is not None
+
+
+def dashboard_status(url: str, timeout: float = 2.0) -> int | None:
+    """The HTTP status of the dashboard's version route, with our token: 200 where we may use it,
+    401/403 where it is another's; None where nothing answers."""
     try:
-        return httpx.get(f"{url}/api/version", timeout=timeout).status_code in (200, 401, 403)
+        return httpx.get(f"{url}/api/version", headers=ray_auth_headers(), timeout=timeout).status_code
     except httpx.HTTPError:
-        return False
+        return None
 
 
 def ray_auth_headers() -> dict[str, str]:
@@ -58,39 +65,6 @@ def ensure_ray_token() -> None:
         subprocess.run([ray_cli(), "get-auth-token", "--generate"], check=True, capture_output=True, timeout=120)
 
 
-def start_local_head(settings: Settings) -> None:
-    """``ray start --head`` with its dashboard at ACTSWEEP_RAY_DASHBOARD_URL, token auth on; a
-    daemon that outlives this process (stop it with ``ray stop``).
-
-    It starts in a session of its own: stopping the API the usual way (Ctrl-C, systemd or
-    ``docker stop`` signal the whole process group) leaves the head, and the sweeps running on it,
-    alive for the next API to reattach to."""
-    ensure_ray_token()
-    port = urlparse(settings.ray_dashboard_url).port or 8265
-    command = [ray_cli(), "start", "--head", "--node-ip-address", "127.0.0.1",
-               "--dashboard-host", "127.0.0.1", "--dashboard-port", str(port), "--include-dashboard", "true",
-               # free ports, not Ray's fixed defaults, which another Ray on this machine may hold
-               "--port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port()),
-               "--ray-client-server-port", str(_free_port())]
-    if settings.num_cpus:
-        command += ["--num-cpus", str(settings.num_cpus)]
-    if settings.ray_temp_dir:
-        command += ["--temp-dir", settings.ray_temp_dir]
-    subprocess.run(command, check=True, capture_output=True, timeout=120, start_new_session=True,
-                   env={**os.environ, "RAY_AUTH_MODE": "token"})
-    for _ in range(60):
-        if dashboard_answers(settings.ray_dashboard_url):
-            return
-        time.sleep(1)
-    raise RuntimeError(f"the local Ray head did not answer at {settings.ray_dashboard_url}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # never passed to a driver's Ray job (its environment shows in Ray's job metadata)
 SECRET_VARIABLES = frozenset({"ACTSWEEP_API_TOKEN", "ACTSWEEP_TRACKING_URI", "ACTSWEEP_DATABASE_URL",
                               "ACTSWEEP_CACHE_SECRET"})
@@ -102,32 +76,82 @@ class ClusterUnreachable(RuntimeError):
     """The Ray cluster's job API did not answer (not: it answered that a job is unknown)."""
 
 
+class _NoAnswer(Exception):
+    pass
+
+
 class RayJobs:
     """Submits, stops and inspects sweep drivers on the Ray cluster."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
+        self._client, self._client_url = None, None
 
-    @cached_property
+    @property
+    def dashboard_url(self) -> str:
+        """ACTSWEEP_RAY_DASHBOARD_URL where set, else the dashboard of the head this home started
+        (HOME/ray/head.json); ClusterUnreachable where there is neither yet."""
+        url = dashboard_url_of(self.settings)
+        if url is None:
+            raise ClusterUnreachable(f"no Ray head started for {self.settings.root} yet")
+        return url
+
+    @property
     def client(self):
         from ray.job_submission import JobSubmissionClient
 
-        return JobSubmissionClient(self.settings.ray_dashboard_url, headers=ray_auth_headers())
+        if self._client is None or self._client_url != self.dashboard_url:  # a head started again: new ports
+            self._client_url = self.dashboard_url
+            self._client = JobSubmissionClient(self._client_url, headers=ray_auth_headers())
+        return self._client
 
-    def ensure_cluster(self) -> None:
-        """Reattach to the Ray head that answers at ACTSWEEP_RAY_DASHBOARD_URL (one this service
-        started before a restart, or anyone's), or start a local one where none does and we may."""
-        if not dashboard_answers(self.settings.ray_dashboard_url):
-            if self.settings.ray_address or not self.settings.start_local_ray:
-                raise ClusterUnreachable(f"no Ray dashboard answers at {self.settings.ray_dashboard_url}")
-            start_local_head(self.settings)
+    def _joins_a_cluster(self) -> bool:
+        return bool(self.settings.ray_address) or not self.settings.start_local_ray
+
+    def ensure_cluster(self, wait_s: float = 0.0) -> str:
+        """The dashboard URL of a Ray head we may use: the cluster we are pointed at (waiting up to
+        ``wait_s`` for it to answer), or this home's own head, reattached to or started. Never a head
+        that refuses our token: ClusterUnreachable, naming the address and the reason."""
+        explicit = self.settings.ray_dashboard_url
+        url = explicit.rstrip("/") if explicit else None
+        if url is None:
+            head = recorded_head(self.settings)
+            if head is not None and head.processes():  # (a dead head's port may have gone to another Ray)
+                url = head.dashboard_url
+        deadline = time.monotonic() + (wait_s if self._joins_a_cluster() else 0.0)
+        while url is not None:
+            status = dashboard_status(url)
+            if status == 200:
+                return url
+            if status is not None:
+                raise ClusterUnreachable(f"the Ray head at {url} refuses this machine's token (HTTP {status}): it is "
+                                         f"another's; set RAY_AUTH_TOKEN to its token, or point "
+                                         f"ACTSWEEP_RAY_DASHBOARD_URL elsewhere")
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+        if self._joins_a_cluster():
+            raise ClusterUnreachable(f"no Ray dashboard answers at {url or 'ACTSWEEP_RAY_DASHBOARD_URL (unset)'}"
+                                     + (f" after {wait_s:g} s" if wait_s else ""))
+        with head_lock(self.settings):  # one start at a time: concurrent submissions find the head the first made
+            head = recorded_head(self.settings)
+            if url is None and head is not None and head.processes():  # started meanwhile, or still starting
+                if wait_for_dashboard(head.dashboard_url, lambda u: dashboard_status(u) == 200):
+                    return head.dashboard_url
+                raise ClusterUnreachable(f"this home's Ray head (in {head.temp_dir}) runs but its dashboard did not "
+                                         f"answer at {head.dashboard_url}; `actsweep stop --force` ends it")
+            ensure_ray_token()
+            head = start_head(self.settings, url, ray_cli())
+        if not wait_for_dashboard(head.dashboard_url, lambda u: dashboard_status(u) == 200):
+            raise ClusterUnreachable(f"the local Ray head started in {head.temp_dir} did not answer at "
+                                     f"{head.dashboard_url} within {HEAD_START_S} s")
+        return head.dashboard_url
 
     def submit(self, sweep_id: str, restart: int = 0) -> str:
         """Start the sweep's driver as a Ray job; the job id is derived from the sweep id
         (and the restart's number, for a driver that replaces a dead one)."""
         settings = self.settings
-        if not dashboard_answers(settings.ray_dashboard_url):
-            self.ensure_cluster()  # reattach, or start the local head again (ClusterUnreachable if neither)
+        self.ensure_cluster()  # reattach, or start the local head again (ClusterUnreachable if neither)
         env = {k: v for k, v in os.environ.items() if k.startswith("ACTSWEEP_") and k not in SECRET_VARIABLES}
         env.update({  # resolved here so the driver writes where this API reads
             "ACTSWEEP_HOME": str(settings.root),
@@ -157,37 +181,62 @@ class RayJobs:
     def node_resources(self) -> list[dict[str, float]]:
         """Each alive node's Ray resources (CPU, GPU, ...), from the dashboard's state API."""
         try:
-            answer = httpx.get(f"{self.settings.ray_dashboard_url}/api/v0/nodes", headers=ray_auth_headers(),
+            answer = httpx.get(f"{self.dashboard_url}/api/v0/nodes", headers=ray_auth_headers(),
                                timeout=5.0)
             nodes = answer.json()["data"]["result"]["result"]
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            raise ClusterUnreachable(f"the Ray cluster at {self.settings.ray_dashboard_url} did not answer") from None
+            raise ClusterUnreachable(f"the Ray cluster at {self.dashboard_url} did not answer") from None
         return [node.get("resources_total", {}) for node in nodes if node.get("state") == "ALIVE"]
 
     def stop(self, job_id: str) -> None:
-        self.client.stop_job(job_id)
+        """Ask Ray to stop the job (RuntimeError where Ray refuses: a job it does not know, or one over)."""
+        import requests
+
+        try:
+            self.client.stop_job(job_id)
+        except requests.exceptions.RequestException as exc:
+            raise ClusterUnreachable(f"the Ray cluster at {self.dashboard_url} did not answer") from exc
 
     def status(self, job_id: str) -> str | None:
         """The job's status name (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED), or None where the
         cluster answers that it does not know the job. A cluster that does not answer is asked
         again with backoff (STATUS_TRIES times), then :class:`ClusterUnreachable`: a blip is not a
         verdict on the sweep."""
-        delay = 0.25
-        for attempt in range(STATUS_TRIES):
-            try:
-                answer = httpx.get(f"{self.settings.ray_dashboard_url}/api/jobs/{job_id}", headers=ray_auth_headers(),
-                                   timeout=5.0)
-                if answer.status_code == 404:
-                    return None
-                if answer.status_code == 200:
-                    return answer.json()["status"]
-            except (httpx.HTTPError, ValueError, KeyError):
-                pass
-            if attempt < STATUS_TRIES - 1:
-                time.sleep(delay)
-                delay *= 2
-        raise ClusterUnreachable(f"the Ray cluster at {self.settings.ray_dashboard_url} did not answer")
+        info = self.info(job_id)
+        return info["status"] if info else None
 
-    def ping(self) -> dict:
-        ok = dashboard_answers(self.settings.ray_dashboard_url)
-        return {"ok": ok, "dashboard": self.settings.ray_dashboard_url}
+    def info(self, job_id: str) -> dict | None:
+        """The job as Ray's job API shows it (status, message: why it ended), or None where the
+        cluster does not know it; ClusterUnreachable after STATUS_TRIES tries with backoff."""
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(STATUS_TRIES), wait=wait_exponential(0.25, max=2),
+                                    retry=retry_if_exception_type(_NoAnswer), reraise=True):
+                with attempt:
+                    return self._info_once(job_id)
+        except _NoAnswer:
+            raise ClusterUnreachable(f"the Ray cluster at {self.dashboard_url} did not answer") from None
+
+    def _info_once(self, job_id: str) -> dict | None:
+        try:
+            answer = httpx.get(f"{self.dashboard_url}/api/jobs/{job_id}", headers=ray_auth_headers(), timeout=5.0)
+            if answer.status_code == 404:
+                return None
+            if answer.status_code == 200 and "status" in answer.json():
+                return answer.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise _NoAnswer() from exc
+        raise _NoAnswer()
+
+    def stop_own_head(self, force: bool, store) -> tuple[LocalHead | None, list[str]]:
+        """End the head this home started (``actsweep stop``): once no sweep is open, or with
+        ``force`` anyway, marking the open sweeps ``interrupted``. Returns (the head, or None where
+        none was recorded; the sweeps still open, which stop it unless ``force``)."""
+        head = recorded_head(self.settings)
+        open_ids = [record.id for record in store.open_sweeps()]
+        if head is None or (open_ids and not force):
+            return head, open_ids
+        for sweep_id in open_ids:
+            store.update(sweep_id, cancel_requested=True)
+            store.finish(sweep_id, "interrupted", error="`actsweep stop --force` ended its Ray head")
+        stop_head(head, self.settings)
+        return head, open_ids

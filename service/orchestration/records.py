@@ -7,6 +7,7 @@ outlives both processes and a restarted API reads the truth.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -15,14 +16,18 @@ from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, Str
                         func, select)
 from sqlalchemy import inspect, text
 from sqlalchemy import update as sql_update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload, sessionmaker
 
-SWEEP_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
-TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+from service.patience import is_outage, patiently
+
+SWEEP_STATES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")
+# interrupted: its Ray head was stopped under it (actsweep stop --force); what it logged is kept
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
 # The state machines: the states each state may move to. A terminal state moves nowhere: a late or
-# repeated verdict (a driver's, a refresh's) never overwrites one.
-SWEEP_MOVES = {"queued": {"running", "failed", "cancelled"}, "running": {"succeeded", "failed", "cancelled"}}
+# repeated verdict (a driver's, the reconciler's) never overwrites one.
+SWEEP_MOVES = {"queued": {"running", "failed", "cancelled", "interrupted"},
+               "running": {"succeeded", "failed", "cancelled", "interrupted"}}
 TRIAL_MOVES = {"pending": {"running", "reused", "succeeded", "diverged", "failed", "cancelled"},
                "running": {"running", "succeeded", "diverged", "failed", "cancelled"}}
 TRIAL_TERMINAL = frozenset({"succeeded", "reused", "diverged", "failed", "cancelled"})
@@ -64,6 +69,8 @@ class SweepRecord(Base):
     mlflow_parent_run_id: Mapped[str | None] = mapped_column(String(64))
     # until_decided: the last look (its seeds, the claims decided and open); None for a fixed grid
     sequential: Mapped[dict | None] = mapped_column(JSON)
+    # the sweep is over and its MLflow runs are ended (the reconciler ends those a dead driver left open)
+    runs_ended: Mapped[bool | None] = mapped_column(Boolean, default=False)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
@@ -93,6 +100,16 @@ class TrialRecord(Base):
     sweep: Mapped[SweepRecord] = relationship(back_populates="trials")
 
 
+class Lease(Base):
+    """A named lease one process holds until ``expires_at`` (the reconciler's: one API replica acts at a time)."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
 class DuplicateIdempotencyKey(Exception):
     pass
 
@@ -105,10 +122,28 @@ class TrialCounts:
     epochs_done: int = 0
 
 
-class SweepStore:
-    """The storage interface the API and the drivers use; any SQLAlchemy URL."""
+def _database_away(exc: BaseException) -> bool:
+    return isinstance(exc, OperationalError) and is_outage(exc)
 
-    def __init__(self, url: str):
+
+def _waits_out_outages(method):
+    """The method, retried while the database does not answer, for the store's ``patience_s``."""
+
+    @functools.wraps(method)
+    def patient(self, *args, **kwargs):
+        return patiently(method, _database_away, self.patience_s, self, *args, **kwargs)
+
+    return patient
+
+
+class SweepStore:
+    """The storage interface the API and the drivers use; any SQLAlchemy URL.
+
+    With ``patience_s`` (a driver's), the writes a sweep makes as it runs, and its reads, wait out an
+    outage of the database (service.patience); the API's store has none, and answers 503 at once."""
+
+    def __init__(self, url: str, patience_s: float = 0.0):
+        self.patience_s = patience_s
         # (a database that does not answer fails a request in seconds, which the API answers with 503)
         connect_args = {"timeout": 30} if url.startswith("sqlite") else {"connect_timeout": 5}
         self.engine = create_engine(url, connect_args=connect_args, pool_pre_ping=True)
@@ -146,6 +181,7 @@ class SweepStore:
                 raise
         return self.get(sweep.id)
 
+    @_waits_out_outages
     def get(self, sweep_id: str, with_trials: bool = True) -> SweepRecord | None:
         """The sweep, with its trials unless ``with_trials`` is False."""
         with self.session() as session:
@@ -158,6 +194,44 @@ class SweepStore:
     def release_idempotency_key(self, sweep_id: str) -> None:
         """The sweep keeps its history but no longer answers to its key (a retry makes a new sweep)."""
         self.update(sweep_id, idempotency_key=None)
+
+    def open_sweeps(self) -> list[SweepRecord]:
+        """Sweeps not yet in a terminal state (what the reconciler watches), without their trials."""
+        with self.session() as session:
+            return list(session.scalars(select(SweepRecord).where(SweepRecord.state.not_in(TERMINAL_STATES))))
+
+    def sweeps_with_open_runs(self) -> list[SweepRecord]:
+        """Sweeps that ended without success whose MLflow runs have not been ended yet."""
+        with self.session() as session:
+            return list(session.scalars(select(SweepRecord).where(
+                SweepRecord.state.in_(TERMINAL_STATES - {"succeeded"}),
+                (SweepRecord.runs_ended.is_(None)) | (SweepRecord.runs_ended.is_(False)))))
+
+    def acquire_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Take or renew the lease ``name`` for ``ttl_s`` seconds: True where ``owner`` holds it now (it
+        was free, expired, or already its own), in one conditional write, so two processes never both do."""
+        now = utcnow()
+        until = now + dt.timedelta(seconds=ttl_s)
+        with self.session() as session:
+            taken = session.execute(sql_update(Lease).where(
+                Lease.name == name, (Lease.owner == owner) | (Lease.expires_at < now))
+                .values(owner=owner, expires_at=until)).rowcount
+            if not taken:
+                session.add(Lease(name=name, owner=owner, expires_at=until))
+                try:
+                    session.flush()
+                    taken = 1
+                except IntegrityError:  # held by another, and not expired
+                    session.rollback()
+                    return False
+            session.commit()
+        return bool(taken)
+
+    def release_lease(self, name: str, owner: str) -> None:
+        with self.session() as session:
+            session.execute(sql_update(Lease).where(Lease.name == name, Lease.owner == owner)
+                            .values(expires_at=utcnow() - dt.timedelta(seconds=1)))
+            session.commit()
 
     def page(self, offset: int, limit: int, state: str | None = None) -> tuple[list[SweepRecord], int]:
         """Newest first."""
@@ -194,6 +268,7 @@ class SweepStore:
             rows = session.scalars(query.order_by(TrialRecord.position).offset(offset).limit(limit)).all()
             return list(rows), session.scalar(count)
 
+    @_waits_out_outages
     def update(self, sweep_id: str, **fields) -> SweepRecord:
         """Set fields other than the state (which moves only by :meth:`transition` and :meth:`finish`)."""
         if "state" in fields:
@@ -205,6 +280,7 @@ class SweepStore:
             session.commit()
         return self.get(sweep_id)
 
+    @_waits_out_outages
     def transition(self, sweep_id: str, state: str, **fields) -> bool:
         """Move the sweep to ``state`` (with ``fields``) if its state machine allows it from where it
         is, in one conditional UPDATE; False (nothing written) where it does not."""
@@ -215,13 +291,19 @@ class SweepStore:
             session.commit()
         return bool(moved)
 
+    @_waits_out_outages
     def finish(self, sweep_id: str, state: str, error: str | None = None) -> bool:
         """Move a sweep to a terminal state; its trials still pending or running end with it. A sweep
         already in a terminal state keeps it (False)."""
-        if not self.transition(sweep_id, state, finished_at=utcnow(), **({"error": error} if error else {})):
-            return False
-        trial_state = "cancelled" if state == "cancelled" else "failed"
-        with self.session() as session:
+        trial_state = "cancelled" if state in ("cancelled", "interrupted") else "failed"
+        with self.session() as session:  # one transaction: a retry after an outage finds all of it or none
+            moved = session.execute(sql_update(SweepRecord)
+                                    .where(SweepRecord.id == sweep_id,
+                                           SweepRecord.state.in_(_sources(SWEEP_MOVES, state)))
+                                    .values(state=state, finished_at=utcnow(), **({"error": error} if error else {}))
+                                    ).rowcount
+            if not moved:
+                return False
             session.execute(sql_update(TrialRecord).where(TrialRecord.sweep_id == sweep_id,
                                                       TrialRecord.state.in_(("pending", "running")))
                             .values(state=trial_state))
@@ -229,6 +311,7 @@ class SweepStore:
         return True
 
     # -- trials --------------------------------------------------------------------------------------
+    @_waits_out_outages
     def add_trials(self, sweep_id: str, trials: list[dict[str, Any]]) -> dict[tuple, int]:
         """Append pending trials (a round of seeds until decided) after the last position; returns
         each new trial's position by its grid key (activation, dropout, lr, seed)."""
@@ -244,9 +327,11 @@ class SweepStore:
             session.commit()
         return added
 
-    def update_trial(self, sweep_id: str, position: int, **fields) -> bool:
+    @_waits_out_outages
+    def update_trial(self, sweep_id: str, position: int, fields: dict | None = None, **more) -> bool:
         """Update a trial: a new ``state`` only where its state machine allows it, other fields only
         while it has not ended (or with the state that ends it). False where nothing was written."""
+        fields = {**(fields or {}), **more}
         allowed = _sources(TRIAL_MOVES, fields["state"]) if "state" in fields else list(TRIAL_MOVES)
         with self.session() as session:
             moved = session.execute(sql_update(TrialRecord)

@@ -1,4 +1,4 @@
-"""What the REST routes do: submit, cancel and refresh sweeps (plain functions, no HTTP)."""
+"""What the REST routes do: submit, read and cancel sweeps (plain functions, no HTTP)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -7,12 +7,15 @@ import json
 import time
 from typing import Any, Protocol
 
+import psutil
+
 from search_spaces import SpecError, SweepSpec, load_catalog_spec, parse_spec_text, spec_from_mapping
-from service.orchestration.jobs import TERMINAL_JOB_STATES, ClusterUnreachable, RayJobs, job_id_for, restart_count
+from service.orchestration.jobs import TERMINAL_JOB_STATES, ClusterUnreachable, RayJobs
+from service.orchestration.reconciler import reconcile
 from service.orchestration.records import TERMINAL_STATES, DuplicateIdempotencyKey, SweepRecord, SweepStore, utcnow
 from service.orchestration.sweeps import new_sweep_id
-from service.runs.store import RunStore, RunsUnavailable
-from service.settings import Settings
+from service.runs.store import RunStore
+from service.settings import Settings, mask_secrets
 
 
 class SweepRequest(Protocol):
@@ -104,6 +107,21 @@ def check_schedulable(spec: SweepSpec, jobs: RayJobs) -> None:
                                  f"at most {largest:g}: the largest node of the cluster has {largest:g} {resource}")
 
 
+def check_footprint(spec: SweepSpec, jobs: RayJobs, settings: Settings, inline: bool) -> None:
+    """A trial too large for the largest node's memory, or a sweep over ACTSWEEP_MAX_SWEEP_PFLOP, is
+    refused now, from an estimate made on the meta device (workers.footprint): nothing is allocated."""
+    from workers.footprint import unaffordable
+
+    try:
+        memory = max((node.get("memory", 0.0) for node in jobs.node_resources()), default=0.0)
+    except ClusterUnreachable:
+        memory = 0.0
+    refused = unaffordable(spec, memory or psutil.virtual_memory().total, settings.max_sweep_pflop * 1e15)
+    if refused is not None:
+        field, reason = refused
+        raise _unprocessable(["body", "spec" if inline else "overrides", field], reason)
+
+
 def request_hash(body: SweepRequest) -> str:
     """What an Idempotency-Key is bound to: the request's content."""
     content = {"experiment": body.experiment, "spec": body.spec, "quick": body.quick, "overrides": body.overrides,
@@ -149,6 +167,7 @@ def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: Swe
     check_confined(spec, settings, body.spec is not None)
     check_activations(spec, body.spec is not None)
     check_schedulable(spec, jobs)
+    check_footprint(spec, jobs, settings, body.spec is not None)
     record = SweepRecord(id=new_sweep_id(), name=body.name, experiment=spec.name, quick=body.quick,
                          overrides=body.overrides, spec=spec.model_dump(mode="json"), state="queued",
                          trials_total=spec.trial_count, epochs=spec.epochs, idempotency_key=idempotency_key,
@@ -159,68 +178,27 @@ def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: Swe
         return _replay(store, settings, idempotency_key, digest) or store.by_idempotency_key(idempotency_key), True
     try:
         job_id = jobs.submit(record.id)
-    except Exception as exc:
+    except Exception as exc:  # whatever the cause, the sweep is failed on the record, and the answer says why
         store.finish(record.id, "failed", error=f"could not start the Ray job: {type(exc).__name__}")
-        raise SubmissionError(503, f"the Ray cluster at {settings.ray_dashboard_url} did not take the sweep: "
-                                   f"{type(exc).__name__}") from exc
+        raise SubmissionError(503, mask_secrets(f"the Ray cluster did not take the sweep: {type(exc).__name__}: "
+                                                f"{exc}".splitlines()[0][:300])) from exc
     return store.update(record.id, ray_job_id=job_id), False
-
-
-def refresh(store: SweepStore, jobs: RayJobs, record: SweepRecord, settings: Settings | None = None) -> SweepRecord:
-    """The record, corrected where its driver ended without saying so (killed, lost).
-
-    A running sweep whose driver died is continued by a new driver (service.orchestration.driver
-    restores its Tune experiments), up to ``settings.driver_restarts`` times; after that it is failed."""
-    if record.state in TERMINAL_STATES or not record.ray_job_id:
-        return record
-    try:
-        status = jobs.status(record.ray_job_id)
-    except ClusterUnreachable:  # a blip in the cluster's reachability is no verdict: ask again next time
-        return record
-    if status is not None and status not in TERMINAL_JOB_STATES:
-        return record
-    record = store.get(record.id)  # the driver may have finished between the two reads
-    if record.state in TERMINAL_STATES:
-        return record
-    restarts = restart_count(record.ray_job_id)
-    if record.cancel_requested:
-        store.finish(record.id, "cancelled")
-    elif record.state in ("queued", "running") and settings is not None and restarts < settings.driver_restarts:
-        try:
-            return store.update(record.id, ray_job_id=jobs.submit(record.id, restarts + 1))
-        except Exception as exc:
-            try:
-                restarted = jobs.status(job_id_for(record.id, restarts + 1)) is not None
-            except ClusterUnreachable:
-                return record
-            if restarted:  # a concurrent request restarted it
-                return store.update(record.id, ray_job_id=job_id_for(record.id, restarts + 1))
-            store.finish(record.id, "failed", error=f"the sweep's driver died and could not be restarted: {exc}"
-                         .splitlines()[0])
-    else:
-        store.finish(record.id, "failed", error=f"the sweep's driver (Ray job {record.ray_job_id}) ended "
-                                                 f"with status {status or 'unknown to the cluster'}")
-    record = store.get(record.id)
-    if record.state == "failed" and settings is not None:  # the driver is gone: its open runs end with the sweep
-        try:
-            RunStore(settings.resolved_tracking_uri).end_open_runs(record.id, "FAILED")
-        except RunsUnavailable:
-            pass  # (the next read of the sweep does not retry: its runs stay as they are until MLflow answers)
-    return record
 
 
 def cancel_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, sweep_id: str,
                  wait_s: float = 20.0) -> SweepRecord:
     """Stop a sweep's driver; trials that finished stay in MLflow, running ones end KILLED."""
-    record = refresh(store, jobs, get_sweep(store, sweep_id))  # (no restart: it is being cancelled)
+    record = reconcile(store, jobs, get_sweep(store, sweep_id, with_trials=False))  # (no restart: it is being cancelled)
     if record.state in TERMINAL_STATES:
         raise SubmissionError(409, f"sweep {sweep_id} already {record.state}")
     store.update(sweep_id, cancel_requested=True)
     if record.ray_job_id:
         try:
             jobs.stop(record.ray_job_id)
-        except Exception:  # already gone: nothing to stop
-            pass
+        except RuntimeError as exc:  # Ray refuses to stop a job that has ended or that it does not know
+            if jobs.status(record.ray_job_id) not in TERMINAL_JOB_STATES | {None}:
+                raise SubmissionError(503, f"the Ray cluster did not stop the sweep's driver "
+                                           f"({record.ray_job_id}): {exc}".splitlines()[0]) from exc
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             try:
@@ -232,7 +210,7 @@ def cancel_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, sweep_id:
     if store.get(sweep_id).state not in TERMINAL_STATES:
         store.finish(sweep_id, "cancelled")
     RunStore(settings.resolved_tracking_uri).end_open_runs(sweep_id, "KILLED")
-    return store.get(sweep_id)
+    return store.update(sweep_id, runs_ended=True)
 
 
 def get_sweep(store: SweepStore, sweep_id: str, with_trials: bool = True) -> SweepRecord:

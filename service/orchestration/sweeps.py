@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable
@@ -18,6 +19,7 @@ from ray import tune
 from search_spaces import LrSearch, SweepSpec, packs
 from service.orchestration.pack_sizing import auto_pack_size
 from service.orchestration.provenance import code_version, hardware
+from service.patience import cannot_write
 from service.reporting.figures import render_figures
 from service.reporting.results import sweep_results
 from service.runs.cache import Reused, reuse_finished
@@ -40,6 +42,7 @@ class SweepOutcome:
     trials: int
     errors: int
     reused: int = 0  # finished trials taken from earlier sweeps (service.runs.cache)
+    first_error: str | None = None  # the first failed trial's error, its last line ("OSError: [Errno 28] ...")
 
 
 def new_sweep_id() -> str:
@@ -99,6 +102,7 @@ class _Sweep:
     resuming: bool
     trained: int = 0
     errors: int = 0
+    first_error: str | None = None
     reused: list[Reused] = field(default_factory=list)
 
     @property
@@ -133,7 +137,8 @@ class _Sweep:
         path = f"{settings.ray_results}/{experiment}"
         if self.resuming and tune.Tuner.can_restore(path):  # the dead driver had started it
             return self._count(tune.Tuner.restore(path, trainable, resume_errored=True).fit())
-        placement = {"phase": phase, "seeds": spec.seed_list, "checkpoint_root": path}  # state.pt goes there
+        placement = {"phase": phase, "seeds": spec.seed_list, "checkpoint_root": path,  # state.pt goes there
+                     "memory_limit_bytes": trial_memory_limit(spec)}
         search_alg, samples = None, 1
         if search is not None:
             point, search_alg, samples = _lr_search(search)
@@ -166,9 +171,51 @@ class _Sweep:
     def _count(self, found) -> None:
         """Grid points trained, and those whose trial failed (a pack counts its members)."""
         for result in found:
-            n = len(members(result.config))
+            n = len(members(result.config)) if result.config else 1  # (a trial killed before it reported has none)
             self.trained += n
-            self.errors += n if result.error is not None else 0
+            if result.error is not None:
+                self.errors += n
+                self.first_error = self.first_error or failure_reason(result.error)
+
+
+def trial_memory_limit(spec: SweepSpec) -> int | None:
+    """The bytes a trial's process may allocate beyond what it held at its start, on CPUs: the
+    spec's ``execution.memory_limit_gb``, or 3 × the trial's estimated footprint + 2 GiB (a trial
+    past it fails alone, FAILED with "can't allocate memory"; Ray's own memory monitor, left to
+    itself, kills sweeps' drivers first). None (no limit) on GPUs and for fused packs."""
+    if spec.execution.memory_limit_gb is not None:
+        return int(spec.execution.memory_limit_gb * 1e9)
+    if spec.execution.gpus_per_trial or spec.execution.mode == "fused":
+        return None
+    from workers.footprint import trial_footprint
+
+    return 3 * trial_footprint(spec).memory_bytes + 2 * 2 ** 30
+
+
+def _end_runs(runs: RunStore, sweep_id: str, parent_run_id: str, status: str) -> None:
+    runs.end_open_runs(sweep_id, "KILLED" if status == "KILLED" else "FAILED")
+    runs.end_run(parent_run_id, status)
+
+
+def failure_reason(error: BaseException) -> str:
+    """One line that says why. A full disk, where the error or its causes name one, is that line;
+    an error that carries a remote traceback in its message (Tune's, Ray's) is that traceback's last
+    exception line ("OSError: [Errno 28] ..."); any other error is its type and first line."""
+    lines, cause = [], error
+    while cause is not None and len(lines) < 10_000:
+        lines += [line.strip() for line in str(cause).strip().splitlines() if line.strip()]
+        cause = cause.__cause__ or cause.__context__
+    full = [line for line in lines if cannot_write(line)]
+    if full:
+        return f"{type(error).__name__}: {full[-1]}"[:500]
+    own = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    raised = [line for line in own[1:] if _EXCEPTION_LINE.match(line)]
+    if raised:  # a traceback carried in the message (RayTaskError, TuneError): where it ended
+        return raised[-1][:500]
+    return f"{type(error).__name__}: {own[0] if own else ''}"[:500]
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Unavailable)(:|$)")
 
 
 def _lr_search(search: LrSearch) -> tuple[dict, object, int]:
@@ -216,18 +263,24 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     """
     sweep_id = sweep_id or new_sweep_id()
     splits = splits or load_splits(spec, settings)  # a missing dataset fails before anything is created
-    runs = RunStore(settings.resolved_tracking_uri, settings.trial_cache_secret())
+    runs = RunStore(settings.resolved_tracking_uri, settings.trial_cache_secret(), patience_s=settings.outage_patience_s)
     exp_id, parent_run_id = _open_sweep(spec, settings, runs, sweep_id, splits, quick, name, resume_parent_run_id)
     if on_parent_run:
         on_parent_run(exp_id, parent_run_id)
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # progress is ours (callbacks); keep Tune's tables off
+    # An MLflow server that is away fails a call in seconds, not after minutes of the client's own retries:
+    # the trial logger keeps what it could not send and retries itself, without holding up the Tune loop
+    for variable, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+                            ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")):
+        os.environ.setdefault(variable, value)
     connect_ray(settings)
     sweep = _Sweep(spec, settings, sweep_id, runs, exp_id, parent_run_id, [], on_reused, resume_parent_run_id is not None)
-    logger = MLflowTrialLogger(runs, exp_id, parent_run_id, sweep.sweep_tags, resuming=resume_parent_run_id is not None)
+    mlflow_logger = MLflowTrialLogger(runs, exp_id, parent_run_id, sweep.sweep_tags,
+                                      resuming=resume_parent_run_id is not None)
     for callback in callbacks:  # callbacks that want each trial's MLflow run ids read them from the logger
         if hasattr(callback, "mlflow_logger"):
-            callback.mlflow_logger = logger
-    sweep.callbacks = [logger, *callbacks]
+            callback.mlflow_logger = mlflow_logger
+    sweep.callbacks = [mlflow_logger, *callbacks]
     plan, status = spec.plan(), "KILLED"  # (a cancel, Ctrl-C or SIGTERM stops the sweep between these lines)
     try:
         for search in plan.searches:
@@ -243,13 +296,19 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
             sweep.fit("retrain", splits.with_validation_in_training(), "retrain", points=plan.retrain_points(chosen))
         status = "FINISHED" if not sweep.errors else "FAILED"
         _log_figures(runs, sweep_id, parent_run_id)
-    except Exception:
+    except Exception as failure:
         status = "FAILED"
+        try:  # the runs end FAILED; where even that fails (the store away, its disk full), the first cause is raised
+            _end_runs(runs, sweep_id, parent_run_id, status)
+        except Exception as exc:
+            logger.warning("the runs of sweep %s could not be ended: %s", sweep_id, failure_reason(exc))
+        raise failure
+    except BaseException:  # Ctrl-C, a cancel's SIGTERM: the runs end KILLED
+        _end_runs(runs, sweep_id, parent_run_id, status)
         raise
-    finally:  # whatever happened, every run the sweep opened ends FINISHED, FAILED or KILLED
-        runs.end_open_runs(sweep_id, "KILLED" if status == "KILLED" else "FAILED")
-        runs.end_run(parent_run_id, status)
-    return SweepOutcome(sweep_id, parent_run_id, exp_id, sweep.trained, sweep.errors, len(sweep.reused))
+    _end_runs(runs, sweep_id, parent_run_id, status)  # whatever happened, every run ends FINISHED, FAILED or KILLED
+    return SweepOutcome(sweep_id, parent_run_id, exp_id, sweep.trained, sweep.errors, len(sweep.reused),
+                        sweep.first_error)
 
 
 def round_state(results, spec: SweepSpec) -> dict:

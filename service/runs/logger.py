@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from ray import tune
 
+from service.patience import Outbox
 from service.runs.store import (DIVERGED, EXECUTION, GPUS, NODE_ID, NODE_IDS, PACK_ID, PACK_SIZE, PHASE, RESUMED_FROM_EPOCH,
-                                SWEEP_ID, TRIAL_ID, TRIAL_KEY, RunStore)
+                                SWEEP_ID, TRIAL_ID, TRIAL_KEY, RunStore, RunsUnavailable, _now_ms)
 from workers.trial import KEY_FIELD, GridPoint, is_pack, member_results, members, mlflow_params
 
 # What Tune adds to every result; everything else numeric that a trial reports is a metric.
@@ -40,8 +41,10 @@ class MLflowTrialLogger(PicklableCallback):
     # A driver that continues a dead one's sweep (restored by Tune, with this callback unpickled)
     # finds the runs its trials already have in one search of the sweep's runs, on the first
     # trial's start; a search per trial would cost more as the store grows.
-    transient = ("existing",)
+    transient = ("existing", "_outbox", "_now")
     existing: dict[str, tuple[str, dict[str, str]]] | None = None
+    _outbox: Outbox | None = None
+    _now: RunStore | None = None
 
     def __init__(self, runs: RunStore, experiment_id: str, parent_run_id: str, sweep_tags: dict[str, str],
                  resuming: bool = False):
@@ -51,18 +54,36 @@ class MLflowTrialLogger(PicklableCallback):
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
         self.sweep_tags = sweep_tags
-        self.run_ids: dict[str, list[str]] = {}  # Tune trial id → MLflow run id of each member
+        self.run_ids: dict[str, list[str | None]] = {}  # Tune trial id → MLflow run id of each member (None: not made yet)
         self.ended: set[str] = set()
-        self.logged_epochs: dict[str, int] = {}  # run id → the last epoch logged (by this driver or a dead one)
+        self.logged_epochs: dict[str, int] = {}  # member trial id → the last epoch logged (by this driver or a dead one)
         self.nodes: dict[str, list[str]] = {}  # Tune trial id → the Ray nodes it has run on, in order
+
+    # While MLflow is away, what the trials report waits in an outbox and is sent, in order, once it
+    # answers (with backoff): the Tune loop goes on, and so do the trials. The end of the sweep waits
+    # until everything is sent (ACTSWEEP_OUTAGE_PATIENCE_S at most).
+    @property
+    def outbox(self) -> Outbox:
+        if self._outbox is None:
+            self._outbox = Outbox(lambda exc: isinstance(exc, RunsUnavailable), self.runs.patience_s)
+        return self._outbox
+
+    @property
+    def now(self) -> RunStore:
+        if self._now is None:
+            self._now = self.runs.impatient()
+        return self._now
 
     def on_trial_start(self, iteration, trials, trial, **info):
         if trial.trial_id in self.run_ids:  # a retried trial keeps its runs
             self.ended.discard(trial.trial_id)
             return
         configs = members(trial.config)
-        self.run_ids[trial.trial_id] = [self._existing_run(trial, i) or self._create_run(trial, i, cfg, len(configs))
-                                        for i, cfg in enumerate(configs)]
+        self.run_ids[trial.trial_id] = [self._existing_run(trial, i) for i in range(len(configs))]
+        for i, cfg in enumerate(configs):
+            if self.run_ids[trial.trial_id][i] is None:
+                self.outbox.put(self._create_run, trial, i, cfg, len(configs))
+                self.outbox.put(self._send, "log_params", trial.trial_id, i, mlflow_params(cfg))
 
     def _existing_run(self, trial, index: int) -> str | None:
         """The run of a trial that a dead driver had started: a driver restored from Tune's
@@ -76,17 +97,21 @@ class MLflowTrialLogger(PicklableCallback):
         last_epoch = self.runs.last_epoch(run_id)
         if NODE_IDS in tags:
             self.nodes[trial.trial_id] = tags[NODE_IDS].split(",")
-        self.logged_epochs[run_id] = last_epoch
+        self.logged_epochs[member_trial_id(trial, index)] = last_epoch
         return run_id
 
-    def _create_run(self, trial, index: int, cfg: dict, pack_size: int) -> str:
+    def _create_run(self, trial, index: int, cfg: dict, pack_size: int) -> None:
         tags = {**self.sweep_tags, PHASE: cfg.get("phase", "grid"), TRIAL_ID: member_trial_id(trial, index)}
         if is_pack(trial.config):
             tags.update({EXECUTION: "fused", PACK_ID: trial.trial_id, PACK_SIZE: str(pack_size)})
         if KEY_FIELD in cfg:  # service.runs.cache finds finished trials by it
             tags[TRIAL_KEY] = cfg[KEY_FIELD]
-        return self.runs.create_trial(self.experiment_id, self.parent_run_id, tags, GridPoint.of(cfg),
-                                      mlflow_params(cfg))
+        # (its params are the next write: a creation sent again after a failure never logs them twice)
+        self.run_ids[trial.trial_id][index] = self.now.create_trial_run(self.experiment_id, self.parent_run_id, tags,
+                                                                        GridPoint.of(cfg))
+
+    def _send(self, method: str, trial_id: str, index: int, *args) -> None:
+        getattr(self.now, method)(self.run_ids[trial_id][index], *args)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         tags = {}
@@ -99,15 +124,16 @@ class MLflowTrialLogger(PicklableCallback):
             resumed = {"resumed_from_epoch": result["resumed_from_epoch"]}  # a pack's members get it too
             tags[RESUMED_FROM_EPOCH] = str(result["resumed_from_epoch"])
         for index, values in member_results(result):
-            run_id, step = self.run_ids[trial.trial_id][index], int(values["epoch"])
+            member, step = member_trial_id(trial, index), int(values["epoch"])
             metrics = {}
-            if step > self.logged_epochs.get(run_id, 0):  # not an epoch logged already (reported again after
-                self.logged_epochs[run_id] = step          # a retry, or logged by a driver that died)
+            if step > self.logged_epochs.get(member, 0):  # not an epoch logged already (reported again after
+                self.logged_epochs[member] = step          # a retry, or logged by a driver that died)
                 metrics = {k: v for k, v in {**values, **resumed}.items()
                            if k not in TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
             diverged = {DIVERGED: "true"} if values.get("diverged") else {}
-            if metrics or tags:
-                self.runs.log_epoch(run_id, step, metrics, {**tags, **diverged})
+            if metrics or tags:  # (one timestamp, taken now: a write sent again later is the same write)
+                self.outbox.put(self._send, "log_epoch", trial.trial_id, index, step, metrics, {**tags, **diverged},
+                                _now_ms())
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._end(trial, "FINISHED")
@@ -118,11 +144,12 @@ class MLflowTrialLogger(PicklableCallback):
     def on_experiment_end(self, trials, **info):
         for trial in trials:  # stopped by a cancel: what was logged stays, the run is marked KILLED
             self._end(trial, "KILLED")
+        self.outbox.flush(wait=True)  # every epoch in MLflow before the sweep goes on (or ends)
 
     def _end(self, trial, status: str):
         if trial.trial_id in self.run_ids and trial.trial_id not in self.ended:
-            for run_id, cfg in zip(self.run_ids[trial.trial_id], members(trial.config)):
-                self.runs.end_run(run_id, status)
+            for index, cfg in enumerate(members(trial.config)):
+                self.outbox.put(self._send, "end_run", trial.trial_id, index, status)
                 if status == "FINISHED" and KEY_FIELD in cfg:  # the trial cache may reuse it: vouch for it
-                    self.runs.sign(run_id, cfg[KEY_FIELD])
+                    self.outbox.put(self._send, "sign", trial.trial_id, index, cfg[KEY_FIELD])
             self.ended.add(trial.trial_id)

@@ -27,6 +27,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from sqlalchemy.exc import OperationalError
 
+from service.patience import cannot_write, is_outage, patiently
+from service.settings import mask_secrets
 from workers.trial import GridPoint
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per spec.json read clutters logs
@@ -46,6 +48,14 @@ HISTORY_COLUMNS = ["run_id", "activation", "dropout", "lr", "seed", "phase", "me
 SAFE_ID = re.compile(r"[A-Za-z0-9_/-]{1,100}")  # ids that go into a filter string
 
 
+def fail_fast_over_http() -> None:
+    """An MLflow server that does not answer fails a call in seconds (one retry, a 10 s timeout), not
+    after minutes of the client's own retries: for the API (a 503) and the CLI's reads (exit 3).
+    Settings the user gave win."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+
 class SweepNotFound(LookupError):
     pass
 
@@ -55,8 +65,12 @@ class RunsUnavailable(RuntimeError):
 
 
 def _unreachable(exc: Exception) -> bool:
-    if isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout, OperationalError)):
+    if cannot_write(exc):  # (MLflow reports any database error as TEMPORARILY_UNAVAILABLE, a full disk too)
+        return False
+    if isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
         return True
+    if isinstance(exc, OperationalError):  # a database that is away (not one that is full)
+        return is_outage(exc)
     if isinstance(exc, MlflowException):
         text = str(exc)
         return exc.error_code == "TEMPORARILY_UNAVAILABLE" or any(
@@ -66,25 +80,28 @@ def _unreachable(exc: Exception) -> bool:
 
 
 class _Guarded:
-    """An MlflowClient whose failures to reach the store raise :class:`RunsUnavailable`."""
+    """An MlflowClient whose failures to reach the store raise :class:`RunsUnavailable`, after
+    ``patience_s`` seconds of retries with backoff (service.patience)."""
 
-    def __init__(self, client: MlflowClient):
-        self._client = client
+    def __init__(self, client: MlflowClient, patience_s: float = 0.0):
+        self._client, self._patience_s = client, patience_s
 
     def __getattr__(self, name: str):
         found = getattr(self._client, name)
         if not callable(found):
             return found
 
-        def call(*args, **kwargs):
+        def once(*args, **kwargs):
             try:
                 return found(*args, **kwargs)
             except Exception as exc:
                 if _unreachable(exc):
-                    raise RunsUnavailable(f"the MLflow store did not answer ({type(exc).__name__})") from exc
+                    cause = mask_secrets(str(exc).strip().splitlines()[0] if str(exc).strip() else "")[:200]
+                    raise RunsUnavailable(f"the MLflow store did not answer ({type(exc).__name__}: {cause})") from exc
                 raise
 
-        return call
+        return lambda *args, **kwargs: patiently(once, lambda exc: isinstance(exc, RunsUnavailable),
+                                                 self._patience_s, *args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -137,19 +154,21 @@ class RunStore:
     """Sweeps and trial runs in the MLflow store at ``tracking_uri``. With ``cache_secret``, the
     trial cache signs the finished runs it may reuse and reuses no other (see :meth:`sign`)."""
 
-    def __init__(self, tracking_uri: str, cache_secret: bytes | None = None):
+    def __init__(self, tracking_uri: str, cache_secret: bytes | None = None, patience_s: float = 0.0):
         self.tracking_uri = tracking_uri
         self.cache_secret = cache_secret
+        self.patience_s = patience_s  # how long a call waits out an outage of the store (a driver's; 0: the API's)
 
     def __getstate__(self):  # Tune pickles callbacks that hold a store; the client is made again
-        return {"tracking_uri": self.tracking_uri, "cache_secret": self.cache_secret}
+        return {"tracking_uri": self.tracking_uri, "cache_secret": self.cache_secret, "patience_s": self.patience_s}
 
     def __setstate__(self, state):
         self.tracking_uri, self.cache_secret = state["tracking_uri"], state.get("cache_secret")
+        self.patience_s = state.get("patience_s", 0.0)
 
     @cached_property
     def client(self) -> MlflowClient:
-        return _Guarded(MlflowClient(self.tracking_uri))
+        return _Guarded(MlflowClient(self.tracking_uri), self.patience_s)
 
     @property
     def is_server(self) -> bool:
@@ -221,10 +240,21 @@ class RunStore:
     def create_trial(self, experiment_id: str, parent_run_id: str, tags: dict[str, str], point: GridPoint,
                      params: dict[str, str]) -> str:
         """A trial's child run: its tags (sweep, phase, Tune trial id, ...), grid point and params."""
+        run_id = self.create_trial_run(experiment_id, parent_run_id, tags, point)
+        self.log_params(run_id, params)
+        return run_id
+
+    def create_trial_run(self, experiment_id: str, parent_run_id: str, tags: dict[str, str], point: GridPoint) -> str:
+        """A trial's child run with its tags and grid point (its params come by :meth:`log_params`)."""
         all_tags = {**tags, PARENT: parent_run_id, ROLE: "trial", **{k: str(v) for k, v in point.as_dict().items()}}
-        run = self.client.create_run(experiment_id, run_name=point.run_name(), tags=all_tags)
-        self.client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
-        return run.info.run_id
+        return self.client.create_run(experiment_id, run_name=point.run_name(), tags=all_tags).info.run_id
+
+    def log_params(self, run_id: str, params: dict[str, str]) -> None:
+        self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
+
+    def impatient(self) -> "RunStore":
+        """The same store, whose calls fail at once while it is away (for an Outbox, which retries itself)."""
+        return RunStore(self.tracking_uri, self.cache_secret)
 
     def trial_run(self, sweep_id: str, trial_id: str) -> tuple[str, dict[str, str], int] | None:
         """(run id, tags, the last epoch logged) of a sweep's run for a Tune trial (member), if any."""
@@ -244,9 +274,10 @@ class RunStore:
         """The last epoch a run logged, counted by ``train_loss`` (which a trial reports every epoch, diverged too)."""
         return max((m.step for m in self.client.get_metric_history(run_id, "train_loss")), default=0)
 
-    def log_epoch(self, run_id: str, step: int, metrics: dict[str, float], tags: dict[str, str]) -> None:
-        """One epoch's metrics (and tags) in one call."""
-        now = _now_ms()
+    def log_epoch(self, run_id: str, step: int, metrics: dict[str, float], tags: dict[str, str],
+                  timestamp_ms: int | None = None) -> None:
+        """One epoch's metrics (and tags) in one call, stamped ``timestamp_ms`` (default: now)."""
+        now = timestamp_ms or _now_ms()
         self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()],
                               tags=[RunTag(k, v) for k, v in tags.items()])
 

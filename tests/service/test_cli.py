@@ -122,6 +122,17 @@ def test_unknown_sweep_exits_2(actsweep_env, capsys):
     assert "no sweep '0000deadbeef'" in capsys.readouterr().err
 
 
+def test_an_mlflow_store_that_does_not_answer_is_exit_3_naming_it_not_an_empty_report(actsweep_env, capsys,
+                                                                                    monkeypatch):
+    from service.local_servers import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    monkeypatch.setenv("ACTSWEEP_TRACKING_URI", url)
+    assert main(["report", "0000deadbeef"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and url in err[0] and "did not answer" in err[0]
+
+
 def test_experiments_json_lists_the_catalog(actsweep_env):
     done = _run(actsweep_env, "experiments", "--json")
     rows = {r["name"]: r for r in json.loads(done.stdout)}

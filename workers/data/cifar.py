@@ -40,16 +40,18 @@ def load_cifar(name: str, data_dir: Path, download: bool, val_size: int, train_s
     ``zca`` (whitening fitted on the training split only, never on validation or test)."""
     folder_name, train_files, test_files, label_key, n_classes = LAYOUT[name]
     folder = data_dir / folder_name
+    reason = "download disabled (ACTSWEEP_DOWNLOAD=false)"
     if not all((folder / f).is_file() for f in train_files + test_files) and download:
         try:
             _download(name, data_dir)
-        except Exception:  # offline: fall through to the instructions below
-            pass
+        except Exception as exc:  # offline, or a broken archive: named in the instructions below
+            reason = f"download failed ({type(exc).__name__}: {exc})".splitlines()[0][:300]
     missing = [f for f in train_files + test_files if not (folder / f).is_file()]
     if missing:
         raise DatasetNotFound(
             f"dataset: {name} not found: looked in {folder} for {', '.join(missing)} (torchvision's python "
-            f"pickle layout). Download and extract the CIFAR python version there, or set ACTSWEEP_DATA_DIR")
+            f"pickle layout); {reason}. Download and extract the CIFAR python version there, or set "
+            f"ACTSWEEP_DATA_DIR")
     x, y = _read(folder, train_files, label_key)
     test_x, test_y = _read(folder, test_files, label_key)
     x, test_x = x.astype(np.float32) / 255.0, test_x.astype(np.float32) / 255.0

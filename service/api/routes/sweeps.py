@@ -11,7 +11,7 @@ from service.api.schemas import SweepCreate, SweepDetail, SweepPage, SweepPublic
 from service.api.views import to_detail, to_public
 from service.orchestration.jobs import RayJobs
 from service.orchestration.records import SWEEP_STATES, TRIAL_STATES, SweepStore
-from service.orchestration.submission import SubmissionError, cancel_sweep, get_sweep, refresh, submit_sweep
+from service.orchestration.submission import SubmissionError, cancel_sweep, get_sweep, submit_sweep
 from service.reporting.figures import stored_figures
 from service.reporting.report import render, to_json
 from service.reporting.results import sweep_results
@@ -44,9 +44,9 @@ def list_sweeps(offset: int = Query(0, ge=0, le=1_000_000_000), limit: int = Que
 
 
 @router.get("/{sweep_id}", response_model=SweepDetail)
-def read_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: RayJobs = Depends(get_jobs),
-               settings: Settings = Depends(get_settings)):
-    record = refresh(store, jobs, get_sweep(store, sweep_id), settings)
+def read_sweep(sweep_id: str, store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
+    """The sweep as its record says (a read changes nothing: the reconciler keeps the record true)."""
+    record = get_sweep(store, sweep_id)
     return to_detail(record, settings, store.trial_counts([sweep_id])[sweep_id])
 
 

@@ -4,13 +4,18 @@ and an API stopped the way process managers stop it."""
 from __future__ import annotations
 
 import json
+import os
+import resource
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from service.local_servers import ApiServer, free_port, sigkill_where
@@ -98,6 +103,45 @@ def test_a_huge_grid_is_counted_not_built(server):
         assert client.get("/healthz").status_code == 200  # and the server is still well
 
 
+BOMB = {"model.width": 65536, "model.depth": 200}  # one trial: 855 billion parameters, 12.8 TB with Adam
+
+
+def test_a_trial_no_node_can_hold_is_refused_over_rest_before_anything_is_allocated(server):
+    api = psutil.Process(server.process.pid)
+    with server.client() as client:
+        before = api.memory_info().rss
+        started = time.monotonic()
+        answer = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True, "overrides": BOMB})
+        took = time.monotonic() - started
+        grew = (api.memory_info().rss - before) / 2 ** 20
+        detail = _detail(answer)
+        assert detail[0]["loc"] == ["body", "overrides", "model"]
+        assert "model.width" in detail[0]["msg"] and "854,763,634,698 parameters" in detail[0]["msg"] and "largest node" in detail[0]["msg"]
+        assert client.get("/healthz").status_code == 200
+    print(f"REST: refused in {took:.2f} s, the API's memory grew {grew:.0f} MiB")
+    assert grew < 200
+
+
+def test_a_trial_this_machine_cannot_hold_is_refused_by_the_cli_before_anything_is_allocated(tmp_path):
+    sets = [arg for key, value in BOMB.items() for arg in ("--set", f"{key}={value}")]
+    env = {**os.environ, "ACTSWEEP_HOME": str(tmp_path), "ACTSWEEP_DOWNLOAD": "false"}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "service.cli", "run", "mnist_classification", "--quick", *sets],
+                          env=env, capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - started
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # MiB, the largest child so far
+    assert done.returncode == 2 and "one trial needs" in done.stderr and "model.width" in done.stderr, done.stderr
+    print(f"CLI: refused in {took:.2f} s, process and imports included; largest child's peak memory {peak:.0f} MiB")
+    assert peak < 2048  # torch, Ray and MLflow imported: well under a GiB; one layer of the bomb is 16 GiB
+
+
+def test_a_sweep_over_the_work_limit_is_refused(server):
+    with server.client() as client:  # 45 trials × 10,000 epochs of an 8 × 4096 MLP on MNIST: about 25 EFLOP
+        detail = _detail(client.post("/sweeps", json={"experiment": "mnist_classification", "overrides": {
+            "epochs": 10000, "dropout": [0.0], "model.width": 4096}}))
+    assert detail[0]["loc"] == ["body", "overrides", "epochs"] and "ACTSWEEP_MAX_SWEEP_PFLOP" in detail[0]["msg"]
+
+
 def test_an_idempotency_key_is_bound_to_its_request(server):
     body = {"experiment": "timit", "quick": True}  # no TIMIT here: the sweep fails in its driver
     with server.client() as client:
@@ -123,11 +167,10 @@ def test_the_api_listens_on_loopback_only_without_a_token(tmp_path):
     assert done.returncode == 2 and "ACTSWEEP_API_TOKEN" in done.stderr and "127.0.0.1" in done.stderr
 
 
-def test_dependencies_down_are_503s_without_credentials(tmp_path):
+def test_dependencies_down_are_503s_without_credentials(ray_head, tmp_path):
     """MLflow and then the sweep database unreachable: clear 503s, quick health, no password anywhere."""
     dead = free_port()
-    env = {**api_env(tmp_path, {"dashboard_url": f"http://127.0.0.1:{free_port()}", "address": "127.0.0.1:1"}),
-           "ACTSWEEP_TRACKING_URI": f"http://mlflow:hunter2@127.0.0.1:{dead}"}
+    env = {**api_env(tmp_path, ray_head), "ACTSWEEP_TRACKING_URI": f"http://mlflow:hunter2@127.0.0.1:{dead}"}
     home = Path(env["ACTSWEEP_HOME"])
     home.mkdir(parents=True)
     store = SweepStore(f"sqlite:///{home / 'sweeps.db'}")
@@ -139,7 +182,7 @@ def test_dependencies_down_are_503s_without_credentials(tmp_path):
             started = time.monotonic()
             health = client.get("/healthz")
             assert time.monotonic() - started < 10 and health.status_code == 503
-            assert not health.json()["mlflow"]["ok"] and not health.json()["ray"]["ok"]
+            assert not health.json()["mlflow"]["ok"] and health.json()["ray"]["ok"]
             for method, path in [("GET", "/sweeps/kept1/results"), ("GET", "/sweeps/kept1/report"),
                                  ("DELETE", "/sweeps/kept1")]:
                 answer = client.request(method, path)
@@ -214,3 +257,31 @@ def test_stopping_the_api_group_leaves_its_ray_head_and_sweeps_alive(tmp_path):
     finally:
         first.stop()
         sigkill_where(lambda _, args: any(str(temp_dir).encode() in arg for arg in args))
+
+
+def test_fifty_concurrent_submissions_half_with_one_key_make_one_sweep_for_the_key_and_no_5xx(ray_head, tmp_path):
+    server = ApiServer(api_env(tmp_path, ray_head), log=tmp_path / "api.log").start()
+    body = {"experiment": "mnist_classification", "quick": True, "overrides": {**TINY, "epochs": 1, "seeds": 1,
+                                                                              "activation": ["relu"]}}
+
+    def post(n: int) -> httpx.Response:
+        headers = {"Idempotency-Key": "one-key"} if n % 2 else {}
+        with server.client() as client:
+            return client.post("/sweeps", json=body, headers=headers)
+
+    try:
+        with ThreadPoolExecutor(50) as pool:
+            answers = list(pool.map(post, range(50)))
+        codes = Counter(answer.status_code for answer in answers)
+        keyed = {answer.json()["id"] for n, answer in enumerate(answers) if n % 2}
+        unkeyed = {answer.json()["id"] for n, answer in enumerate(answers) if not n % 2}
+        with server.client() as client:
+            stored = client.get("/sweeps", params={"limit": 200}).json()
+            for sweep_id in keyed | unkeyed:  # (no need to train them)
+                client.delete(f"/sweeps/{sweep_id}")
+        print(f"50 concurrent POST /sweeps: status codes {dict(codes)}")
+        assert codes == {202: 50}
+        assert len(keyed) == 1 and len(unkeyed) == 25 and not keyed & unkeyed
+        assert stored["total"] == 26 and {s["id"] for s in stored["items"]} == keyed | unkeyed
+    finally:
+        server.stop()

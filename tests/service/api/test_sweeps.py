@@ -11,6 +11,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from service.local_servers import ApiServer, sigkill_where
+from service.orchestration.jobs import RayJobs
+from service.orchestration.records import TERMINAL_STATES, SweepStore
+from service.settings import Settings
 from tests.browser import load_in_chromium
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
@@ -277,20 +280,45 @@ def _kill_driver(sweep_id: str) -> None:
         f"no driver process for sweep {sweep_id}"
 
 
-def test_a_dead_driver_is_replaced_and_the_sweep_resumes_where_it_stood(server):
+def _wait_in_store(store: SweepStore, sweep_id: str, done, timeout: float = 600.0):
+    """Read the sweep database directly (no API call, so nothing but the reconciler acts) until ``done``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = store.get(sweep_id, with_trials=False)
+        if done(record):
+            return record
+        time.sleep(1)
+    raise AssertionError(f"sweep {sweep_id} never got there: {record.state} {record.ray_job_id}")
+
+
+def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, tmp_path):
+    """Two API processes on one sweep database; the driver is killed and nobody reads the sweep: the
+    reconciler that holds the lease restarts it once, and the sweep resumes where it stood."""
     epochs = 150
     body = {"experiment": "mnist_classification", "overrides": {**TINY, "epochs": epochs, "execution.rerun": True}}
-    with server.client() as client:
-        sweep = client.post("/sweeps", json=body).json()
-        # Killed once the first two trials have finished and the next two have trained a while since:
-        # Tune's experiment state (a snapshot it writes every few seconds) records the finished ones.
-        before = wait_for(client, sweep["id"], lambda r: r["progress"]["trials_done"] >= 2 and any(
-            t["state"] == "running" and t["epoch"] >= 40 for t in r["trials"]), timeout=300)
+    replica = ApiServer(server.env, log=tmp_path / "replica.log").start()
+    store = SweepStore(f"sqlite:///{server.env['ACTSWEEP_HOME']}/sweeps.db")
+    try:
+        with server.client() as client:
+            sweep = client.post("/sweeps", json=body).json()
+            # Killed once the first two trials have finished and the next two have trained a while since:
+            # Tune's experiment state (a snapshot it writes every few seconds) records the finished ones.
+            before = wait_for(client, sweep["id"], lambda r: r["progress"]["trials_done"] >= 2 and any(
+                t["state"] == "running" and t["epoch"] >= 40 for t in r["trials"]), timeout=300)
         _kill_driver(sweep["id"])
-        done = wait_for(client, sweep["id"], finished)  # polling is what notices the dead driver
+        _wait_in_store(store, sweep["id"], lambda r: r.state in TERMINAL_STATES)
+    finally:
+        replica.stop()
+    with server.client() as client:
+        done = client.get(f"/sweeps/{sweep['id']}").json()
+        jobs = RayJobs(Settings(ray_dashboard_url=server.env["ACTSWEEP_RAY_DASHBOARD_URL"]))
+        restarts = [job for job in (f"actsweep-{sweep['id']}-restart{n}" for n in (1, 2)) if jobs.status(job)]
     assert done["state"] == "succeeded", done["error"]
+    assert restarts == [f"actsweep-{sweep['id']}-restart1"]  # restarted once, by one of the two replicas
     assert done["links"]["ray_job"].endswith(f"actsweep-{sweep['id']}-restart1")
     assert all(t["state"] == "succeeded" and t["epoch"] == epochs for t in done["trials"])
+    print(f"driver killed at {before['progress']['trial_epochs_done']} trial-epochs; restarted once with no "
+          f"request to the API; {done['progress']['trial_epochs_done']} trial-epochs at the end")
 
     mlflow = _mlflow(server)
     runs = {r.info.run_id: r for r in _runs(server, sweep["id"]) if r.data.tags.get("role") == "trial"}

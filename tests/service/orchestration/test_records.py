@@ -4,7 +4,9 @@ SQLite, and PostgreSQL: a real server the tests start on loopback (tests/servers
 ACTSWEEP_TEST_POSTGRES_URL names.
 """
 import os
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -137,3 +139,26 @@ def test_concurrent_first_requests_make_the_schema_once(tmp_path):
     with ThreadPoolExecutor(max_workers=20) as pool:
         pages = list(pool.map(lambda _: store.page(0, 20), range(20)))
     assert pages == [([], 0)] * 20
+
+
+def test_one_lease_holder_at_a_time(store):
+    """The reconciler's lease: taken by one replica, renewed by it, refused to another until it
+    expires or is released."""
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    assert store.acquire_lease(name, "replica-1", ttl_s=60)
+    assert not store.acquire_lease(name, "replica-2", ttl_s=60)
+    assert store.acquire_lease(name, "replica-1", ttl_s=60)  # renewed by its holder
+    store.release_lease(name, "replica-1")
+    assert store.acquire_lease(name, "replica-2", ttl_s=0.5)
+    assert not store.acquire_lease(name, "replica-1", ttl_s=60)
+    time.sleep(0.6)
+    assert store.acquire_lease(name, "replica-1", ttl_s=60)  # expired: taken over
+
+
+def test_replicas_racing_for_a_lease_give_it_to_exactly_one(store):
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    store.ping()  # the schema, made once
+    url = store.engine.url.render_as_string(hide_password=False)
+    with ThreadPoolExecutor(8) as pool:
+        won = list(pool.map(lambda n: SweepStore(url).acquire_lease(name, f"replica-{n}", 60), range(16)))
+    assert won.count(True) == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 from service.local_servers import free_port
 from service.orchestration.jobs import ClusterUnreachable, RayJobs
 from service.orchestration.records import SweepRecord, SweepStore
-from service.orchestration.submission import refresh
+from service.orchestration.reconciler import reconcile
 from service.settings import Settings
 
 POINTS = [{"activation": "gelu", "dropout": 0.0, "lr": 0.1, "seed": 0}]
@@ -24,5 +24,6 @@ def test_a_blip_in_the_clusters_reachability_is_no_verdict(tmp_path):
         raise AssertionError("a dead job API answered")
     except ClusterUnreachable:
         pass
-    after = refresh(store, jobs, store.get("blip1"), settings)  # the cluster does not answer: ask later
-    assert (after.state, after.error, after.trials[0].state) == ("running", None, "running")
+    after = reconcile(store, jobs, store.get("blip1"), settings)  # the cluster does not answer: ask later
+    assert (after.state, after.error, store.get("blip1").trials[0].state) == ("running", None, "running")
+

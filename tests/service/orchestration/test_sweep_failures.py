@@ -25,6 +25,8 @@ def settings(tmp_path_factory):
 def test_a_sweep_whose_trials_fail_leaves_no_run_running(settings):
     outcome = run_sweep(load_spec("mnist_classification", quick=True, overrides=BROKEN), settings)
     assert outcome.errors == 2
+    # the cause, in one line, as the sweep record's error shows it (not Tune's "Traceback ...")
+    assert outcome.first_error.startswith("RuntimeError") and "conv2d" in outcome.first_error, outcome.first_error
     client = MlflowClient(settings.resolved_tracking_uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
                               f"tags.sweep_id = '{outcome.sweep_id}'")

@@ -53,6 +53,17 @@ def test_missing_data_names_the_directory_and_how_to_provide_it(tmp_path, name, 
         load_dataset(name, tmp_path, download=False, val_size=100)
 
 
+def test_a_failed_cifar_download_is_named_not_swallowed(tmp_path, monkeypatch):
+    from torchvision import datasets
+
+    from service.local_servers import free_port
+
+    # the fault, injected: the archive's address answers nothing (here, and on a machine with the internet)
+    monkeypatch.setattr(datasets.CIFAR10, "url", f"http://127.0.0.1:{free_port()}/cifar-10-python.tar.gz")
+    with pytest.raises(DatasetNotFound, match=r"cifar10 not found: .*download failed \((URLError|ConnectionRefusedError)"):
+        load_dataset("cifar10", tmp_path, download=True, val_size=100)
+
+
 def test_cifar_with_no_validation_split_trains_on_all_of_it(tmp_path):
     make_cifar(tmp_path, "cifar100", per_batch=40, test=20)
     splits = load_dataset("cifar100", tmp_path, download=False, val_size=0, options={"gcn": True, "zca": True})

@@ -1,0 +1,144 @@
+"""The Ray head an ACTSWEEP_HOME starts for itself, beside any other Ray on the machine.
+
+``serve`` (or a submission, where the head has gone) starts it with ``ray start --head`` on free
+ports and a temp folder of its own, and records where it is in ``HOME/ray/head.json``. A later
+``serve`` with the same home reattaches to that head, and to no other: another home's head, or
+anyone's on Ray's default ports, is never mistaken for it. The head is a daemon in a session of
+its own, so it outlives the API (a restart loses no sweep); ``actsweep stop`` ends it.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import psutil
+
+from service.local_servers import free_port
+from service.settings import Settings
+
+HEAD_START_S = 60  # how long a started head's dashboard has to answer
+
+
+@dataclass(frozen=True)
+class LocalHead:
+    """Where a home's head listens, and the temp folder that names its processes."""
+
+    dashboard_url: str
+    gcs_address: str
+    temp_dir: str
+
+    def processes(self) -> list[psutil.Process]:
+        """The head's processes: those whose command line names its temp folder, and their children
+        (Ray renames its workers ``ray::…``, so only their parentage ties them to the head)."""
+        roots = []
+        for process in psutil.process_iter(["cmdline"]):
+            if any(self.temp_dir in arg for arg in process.info["cmdline"] or ()):
+                roots.append(process)
+        found = {p.pid: p for p in roots}
+        for process in roots:
+            try:
+                found.update({child.pid: child for child in process.children(recursive=True)})
+            except psutil.NoSuchProcess:
+                pass
+        return list(found.values())
+
+
+def head_file(settings: Settings) -> Path:
+    return settings.root / "ray" / "head.json"
+
+
+def recorded_head(settings: Settings) -> LocalHead | None:
+    """The head this home started, as recorded (it may have stopped since)."""
+    try:
+        return LocalHead(**json.loads(head_file(settings).read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as exc:
+        raise RuntimeError(f"{head_file(settings)} is not a Ray head's record ({exc}); delete it and start "
+                           f"`actsweep serve` again") from exc
+
+
+@contextmanager
+def head_lock(settings: Settings):
+    """Held while a head is started (an exclusive lock on HOME/ray/.lock, across processes)."""
+    head_file(settings).parent.mkdir(parents=True, exist_ok=True)
+    with open(head_file(settings).parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def dashboard_url_of(settings: Settings) -> str | None:
+    """ACTSWEEP_RAY_DASHBOARD_URL where set, else the dashboard of the head this home started; None
+    where there is neither yet."""
+    if settings.ray_dashboard_url:
+        return settings.ray_dashboard_url.rstrip("/")
+    head = recorded_head(settings)
+    return head.dashboard_url if head else None
+
+
+def _temp_dir(settings: Settings) -> str:
+    if settings.ray_temp_dir:
+        return settings.ray_temp_dir
+    # short, and one per home: Ray's socket paths have a length limit, and the folder names the head's processes
+    return f"/tmp/actsweep-ray-{hashlib.sha256(str(settings.root).encode()).hexdigest()[:10]}"
+
+
+def start_head(settings: Settings, dashboard_url: str | None, ray_cli: str) -> LocalHead:
+    """``ray start --head`` on free ports (the dashboard at ``dashboard_url`` where one is given),
+    token auth on, in a session of its own; recorded in HOME/ray/head.json."""
+    dashboard_port = urlparse(dashboard_url).port if dashboard_url else free_port()
+    gcs_port = free_port()
+    head = LocalHead(dashboard_url=f"http://127.0.0.1:{dashboard_port}", gcs_address=f"127.0.0.1:{gcs_port}",
+                     temp_dir=_temp_dir(settings))
+    command = [ray_cli, "start", "--head", "--node-ip-address", "127.0.0.1", "--temp-dir", head.temp_dir,
+               "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port), "--include-dashboard", "true",
+               # free ports, not Ray's fixed defaults, which another Ray on this machine may hold
+               "--port", str(gcs_port), "--dashboard-agent-listen-port", str(free_port()),
+               "--ray-client-server-port", str(free_port())]
+    if settings.num_cpus:
+        command += ["--num-cpus", str(settings.num_cpus)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, start_new_session=True,
+                          env={**os.environ, "RAY_AUTH_MODE": "token"})
+    if done.returncode != 0:
+        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        raise RuntimeError(f"`ray start --head` failed (exit {done.returncode}): {last}")
+    head_file(settings).parent.mkdir(parents=True, exist_ok=True)
+    head_file(settings).write_text(json.dumps(asdict(head), indent=2) + "\n")
+    return head
+
+
+def stop_head(head: LocalHead, settings: Settings, grace_s: float = 15.0) -> int:
+    """End the head's processes (SIGTERM, then SIGKILL after ``grace_s``) and forget it; how many
+    processes there were. Other Rays on the machine are untouched (``ray stop`` would end them all)."""
+    processes = head.processes()
+    for process in processes:
+        try:
+            process.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+    head_file(settings).unlink(missing_ok=True)
+    return len(processes)
+
+
+def wait_for_dashboard(url: str, answers, timeout_s: float = HEAD_START_S) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if answers(url):
+            return True
+        time.sleep(1)
+    return False

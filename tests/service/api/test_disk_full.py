@@ -1,0 +1,73 @@
+"""A full disk mid-sweep: ACTSWEEP_HOME (the MLflow store, Tune's checkpoints) on a small tmpfs,
+filled while a sweep trains. The sweep fails and says why, the API stays up, and the sweep records
+(PostgreSQL) and the MLflow store still open and read back."""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from service.local_servers import ApiServer
+from service.orchestration.records import SweepStore
+from tests.service.api.conftest import TINY, api_env, finished, wait_for
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 MiB tmpfs (mounting needs root, which the CI machine has)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def _fill(folder: Path) -> int:
+    """Write zeros until the disk is full; bytes written."""
+    written = 0
+    with open(folder / "filler", "wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * 2 ** 20)
+                out.flush()
+                written += 2 ** 20
+        except OSError:
+            pass
+    return written
+
+
+def test_a_full_disk_fails_the_sweep_clearly_and_loses_no_record(ray_head, postgres, small_disk, tmp_path):
+    home = small_disk / "home"
+    database = postgres["actsweep"]
+    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_HOME=str(home), ACTSWEEP_DATABASE_URL=database,
+                               ACTSWEEP_OUTAGE_PATIENCE_S="5"), log=tmp_path / "api.log").start()
+    try:
+        with server.client() as client:
+            sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
+                                                 "overrides": {**TINY, "epochs": 2000}}).json()
+            wait_for(client, sweep["id"], lambda r: r["progress"]["trial_epochs_done"] >= 20, timeout=300)
+            filled = _fill(small_disk)
+            started = time.monotonic()
+            done = wait_for(client, sweep["id"], finished, timeout=300)
+            took = time.monotonic() - started
+            assert client.get("/healthz").status_code in (200, 503)  # the API answers
+            listed = client.get("/sweeps").json()
+        assert done["state"] == "failed"
+        assert "No space left on device" in done["error"] or "disk is full" in done["error"], done["error"]
+        assert listed["total"] >= 1 and sweep["id"] in {s["id"] for s in listed["items"]}
+        assert SweepStore(database).get(sweep["id"]).state == "failed"  # the records read back
+        mlflow = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")  # the MLflow store opens and reads back
+        runs = mlflow.search_runs([e.experiment_id for e in mlflow.search_experiments()],
+                                  f"tags.sweep_id = '{sweep['id']}'")
+        trials = [r for r in runs if r.data.tags.get("role") == "trial"]
+        assert trials and all(mlflow.get_metric_history(r.info.run_id, "val_loss") for r in trials)
+        print(f"disk filled ({filled / 2 ** 20:.0f} MiB of zeros) mid-sweep: failed {took:.0f} s later with "
+              f"{done['error']!r}; {len(trials)} trial runs read back from MLflow")
+    finally:
+        server.stop()

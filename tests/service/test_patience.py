@@ -1,0 +1,60 @@
+"""Outages waited out: an Outbox keeps writes in order while their store is away, and the caller
+never waits on them. The store here fails on purpose (an injected fault: "connection refused")."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from service.patience import Outbox, is_outage, patiently
+
+
+class FlakyStore:
+    """Refuses connections until ``back_at`` (monotonic seconds); records what it was sent."""
+
+    def __init__(self, away_for_s: float):
+        self.back_at, self.received, self.calls = time.monotonic() + away_for_s, [], 0
+
+    def write(self, value) -> None:
+        self.calls += 1
+        if time.monotonic() < self.back_at:
+            raise ConnectionError("could not connect to server: Connection refused")
+        self.received.append(value)
+
+
+def test_writes_wait_in_order_while_the_store_is_away_and_the_caller_does_not():
+    store = FlakyStore(away_for_s=1.0)
+    outbox = Outbox(is_outage, patience_s=30)
+    started = time.monotonic()
+    for value in range(50):
+        outbox.put(store.write, value)
+    assert time.monotonic() - started < 0.5 and store.received == [] and len(outbox.pending) == 50
+    assert store.calls < 5  # backoff: not one attempt per write
+    outbox.flush(wait=True)
+    assert store.received == list(range(50)) and not outbox.pending
+
+
+def test_an_outage_longer_than_the_patience_is_raised():
+    outbox = Outbox(is_outage, patience_s=0.5)
+    store = FlakyStore(away_for_s=60)
+    outbox.put(store.write, 1)
+    with pytest.raises(ConnectionError):
+        outbox.flush(wait=True)
+    assert store.received == [] and len(outbox.pending) == 1  # kept, not dropped
+
+
+def test_an_error_that_is_no_outage_is_raised_at_once():
+    def full(_):
+        raise OSError("database or disk is full")
+
+    outbox = Outbox(is_outage, patience_s=30)
+    with pytest.raises(OSError, match="disk is full"):
+        outbox.put(full, 1)
+    with pytest.raises(OSError, match="disk is full"):
+        patiently(full, is_outage, 30, 1)
+
+
+def test_patiently_retries_until_the_store_answers():
+    store = FlakyStore(away_for_s=1.0)
+    patiently(store.write, is_outage, 30, "x")
+    assert store.received == ["x"] and 1 < store.calls < 6

@@ -1,0 +1,133 @@
+"""What one trial of a spec will cost, known before anything real is allocated.
+
+The model is built on PyTorch's ``meta`` device (shapes and dtypes, no storage), and one training
+step runs there: a forward and backward pass over one batch. Three things are counted on the way:
+
+- the parameters (weights, gradients, and the optimiser's state: Adam's two moments, SGD's
+  momentum buffer), 4 bytes each;
+- every tensor autograd saves for the backward pass (``torch.autograd.graph.saved_tensors_hooks``),
+  which is what a batch's activations hold;
+- the FLOPs of the step (``torch.utils.flop_counter.FlopCounterMode``).
+
+Adding the dataset resident in memory (DATASET_SHAPES: its examples' shape and count, not read from
+disk) gives the trial's memory; FLOPs per step times steps per epoch, plus the evaluation's
+forward passes, give its work per epoch. A 65,536-wide, 200-deep MLP (3.4 TB of weights) is
+estimated in well under a second, and nothing of it is ever allocated.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from workers.activation_defs import parse_name
+from workers.models import build_model
+
+GIB = 2 ** 30
+
+
+@dataclass(frozen=True)
+class DatasetShape:
+    """A dataset as the estimate sees it: one example's shape, classes, examples held in memory
+    (all splits), examples evaluated each epoch (validation and test), and the input's dtype."""
+
+    in_shape: tuple[int, ...]
+    n_out: int
+    resident: int  # examples held in memory (0: read from files a batch at a time)
+    evaluated: int
+    token_ids: bool = False
+    vocab: int = 0
+
+
+# Upper bounds of the real datasets (workers/data), so that an estimate errs towards refusing.
+DATASET_SHAPES = {
+    "mnist": DatasetShape((784,), 10, 70_000, 20_000),
+    "fashion_mnist": DatasetShape((784,), 10, 70_000, 20_000),
+    "digits": DatasetShape((64,), 10, 1_797, 1_400),
+    "cifar10": DatasetShape((3, 32, 32), 10, 60_000, 20_000),
+    "cifar100": DatasetShape((3, 32, 32), 100, 60_000, 20_000),
+    "twitter_pos": DatasetShape((3,), 25, 27_000, 12_000, token_ids=True, vocab=30_000),
+    "timit": DatasetShape((286,), 39, 1_500_000, 300_000),
+    "imagenet": DatasetShape((3, 224, 224), 1000, 0, 100_000),
+}
+
+
+@dataclass(frozen=True)
+class TrialFootprint:
+    """One trial's memory and work, estimated from its spec."""
+
+    parameters: int
+    state_bytes: int        # weights, gradients and optimiser state
+    activation_bytes: int   # what one training batch keeps for the backward pass
+    data_bytes: int         # the dataset resident in memory
+    flops_per_epoch: float  # training steps (forward and backward) and evaluation (forward)
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.state_bytes + self.activation_bytes + self.data_bytes
+
+    def describe(self) -> str:
+        return (f"{self.memory_bytes / GIB:,.1f} GiB: {self.parameters:,} parameters "
+                f"({self.state_bytes / GIB:,.1f} GiB with gradients and optimiser state), "
+                f"{self.activation_bytes / GIB:,.1f} GiB of activations per batch, "
+                f"{self.data_bytes / GIB:,.1f} GiB of data")
+
+
+def trial_footprint(spec) -> TrialFootprint:
+    """The footprint of the heaviest trial of a spec (search_spaces.SweepSpec): its model at its
+    batch size, built and stepped on the meta device."""
+    shape = DATASET_SHAPES[spec.dataset]
+    n_out = shape.in_shape[-1] if spec.task == "reconstruct" else shape.n_out
+    vocab = shape.vocab if shape.token_ids else 0
+    dropout = max(spec.dropout)  # a dropout layer keeps its mask for the backward pass
+    with torch.device("meta"):
+        # ReLU stands in for the grid's activations: an activation's saved tensors are the same
+        # size whatever its formula (one input, or one mask), and an expression cannot run on meta
+        net = build_model(spec.model.model_dump(), shape.in_shape, n_out, parse_name("relu"), dropout, vocab)
+        batch = (torch.zeros((spec.batch_size, *shape.in_shape), dtype=torch.long) if shape.token_ids
+                 else torch.empty((spec.batch_size, *shape.in_shape)))
+        weights = {id(p) for p in net.parameters()}
+        saved: dict[int, int] = {}
+
+        def keep(tensor):  # (a saved weight, or a view of one, is the parameter itself: counted once, above)
+            if id(tensor) not in weights and id(tensor._base) not in weights:
+                saved[id(tensor)] = tensor.numel() * tensor.element_size()
+            return tensor
+
+        with FlopCounterMode(display=False) as flops, torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+            out = net(batch)
+            out.float().pow(2).mean().backward()
+    parameters = sum(p.numel() for p in net.parameters())
+    optimiser_states = 2 if spec.optimizer == "adam" else (1 if spec.momentum else 0)
+    example_bytes = math.prod(shape.in_shape) * (8 if shape.token_ids else 4)
+    step_flops = flops.get_total_flops()
+    # evaluation: a forward pass (a third of a training step's work) over validation and test
+    epoch_flops = step_flops * (_train_examples(spec, shape) / spec.batch_size) + step_flops / 3 * (
+        shape.evaluated / spec.batch_size)
+    return TrialFootprint(parameters=parameters, state_bytes=parameters * 4 * (2 + optimiser_states),
+                          activation_bytes=sum(saved.values()), data_bytes=shape.resident * (example_bytes + 8),
+                          flops_per_epoch=epoch_flops)
+
+
+def _train_examples(spec, shape: DatasetShape) -> int:
+    subset = getattr(spec, "train_subset", None)
+    return subset or max(shape.resident, shape.evaluated) or 1_300_000
+
+
+def unaffordable(spec, node_memory_bytes: float, max_sweep_flops: float) -> tuple[str, str] | None:
+    """Why a spec cannot run, as (the fields to change, the reason), or None where it can: one trial
+    needs more memory than the largest node has, or the sweep's total work (trial-epochs × FLOPs per
+    epoch) is over ``max_sweep_flops``."""
+    footprint = trial_footprint(spec)
+    if footprint.memory_bytes > node_memory_bytes:
+        return ("model", f"model.width, model.depth (or model.hidden), batch_size: one trial needs "
+                         f"about {footprint.describe()}; the largest node has "
+                         f"{node_memory_bytes / GIB:,.1f} GiB")
+    total = spec.trial_count * spec.epochs * footprint.flops_per_epoch
+    if total > max_sweep_flops:
+        return ("epochs", f"epochs, the grid's axes, model: the sweep is about {total / 1e15:,.0f} PFLOP "
+                          f"({spec.trial_count} trials × {spec.epochs} epochs × {footprint.flops_per_epoch / 1e12:,.1f} "
+                          f"TFLOP), over the limit of {max_sweep_flops / 1e15:,.0f} PFLOP (ACTSWEEP_MAX_SWEEP_PFLOP)")
+    return None
