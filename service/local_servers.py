@@ -7,7 +7,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,13 +17,9 @@ from pathlib import Path
 import httpx
 import psutil
 
+from service.ports import free_port  # (re-exported: the tests take it from here)
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerUnavailable(RuntimeError):
@@ -230,13 +225,13 @@ class ApiServer:
         self.env, self.port, self.process, self.log = env, free_port(), None, log
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "ApiServer":
+    def start(self, timeout_s: float = 60.0) -> "ApiServer":
         out = open(self.log, "ab") if self.log else None
         # in a process group of its own, as under systemd or in a container: stop_group() signals all of it
         self.process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
                                          "--log-level", "info"], cwd=REPO, env=self.env, stdout=out, stderr=out,
                                         start_new_session=True)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
                 httpx.get(f"{self.url}/healthz", timeout=2)

@@ -14,7 +14,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("service", "workers", "search_spaces")
 # the layer of each room: a module may import its own layer and those below it
-LAYERS = [("workers", 0), ("search_spaces", 1), ("service.settings", 1), ("service.runs", 2), ("service.reporting", 3),
+LAYERS = [("workers", 0), ("search_spaces", 1), ("service.settings", 1), ("service.patience", 1),
+          ("service.ports", 1), ("service.runs", 2), ("service.reporting", 3),
           ("service.orchestration", 4), ("service.api", 5), ("service.cli", 5), ("service.benchmarks", 5),
           ("service.local_servers", 5)]
 

@@ -116,11 +116,22 @@ def _train_examples(spec, shape: DatasetShape) -> int:
     return subset or max(shape.resident, shape.evaluated) or 1_300_000
 
 
+def estimate(spec) -> TrialFootprint | None:
+    """:func:`trial_footprint`, or None where the model does not run on the meta device with this
+    dataset's input (a model that does not fit its data): no estimate, and the trial will say why."""
+    try:
+        return trial_footprint(spec)
+    except (RuntimeError, NotImplementedError, ValueError, TypeError, KeyError):
+        return None
+
+
 def unaffordable(spec, node_memory_bytes: float, max_sweep_flops: float) -> tuple[str, str] | None:
     """Why a spec cannot run, as (the fields to change, the reason), or None where it can: one trial
     needs more memory than the largest node has, or the sweep's total work (trial-epochs × FLOPs per
     epoch) is over ``max_sweep_flops``."""
-    footprint = trial_footprint(spec)
+    footprint = estimate(spec)
+    if footprint is None:
+        return None
     if footprint.memory_bytes > node_memory_bytes:
         return ("model", f"model.width, model.depth (or model.hidden), batch_size: one trial needs "
                          f"about {footprint.describe()}; the largest node has "

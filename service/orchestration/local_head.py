@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 import psutil
 
-from service.local_servers import free_port
+from service.ports import free_port
 from service.settings import Settings
 
 HEAD_START_S = 60  # how long a started head's dashboard has to answer

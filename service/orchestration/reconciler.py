@@ -105,6 +105,9 @@ def reconcile_all(store: SweepStore, jobs: RayJobs, settings: Settings) -> list[
         if (after.state, after.ray_job_id) != (record.state, record.ray_job_id):
             changed.append(record.id)
     for record in store.sweeps_with_open_runs():
+        if record.mlflow_parent_run_id is None:  # it never opened a run: nothing to end
+            store.update(record.id, runs_ended=True)
+            continue
         try:
             RunStore(settings.resolved_tracking_uri).end_open_runs(record.id, "KILLED" if record.state in (
                 "cancelled", "interrupted") else "FAILED")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import threading
 import time
 from typing import Any, Protocol
 
@@ -28,6 +29,9 @@ class SweepRequest(Protocol):
     name: str | None
     rerun: bool
     until_decided: Any  # None, or an object with max_seeds and seeds_per_round
+
+
+_TORCH_CHECKS = threading.Lock()
 
 
 class SubmissionError(Exception):
@@ -165,9 +169,12 @@ def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: Swe
                              f"the grid has {spec.trial_count} trials; at most {settings.max_trials_per_sweep} per "
                              f"sweep (ACTSWEEP_MAX_TRIALS_PER_SWEEP)")
     check_confined(spec, settings, body.spec is not None)
-    check_activations(spec, body.spec is not None)
     check_schedulable(spec, jobs)
-    check_footprint(spec, jobs, settings, body.spec is not None)
+    # one request at a time through autograd: concurrent probes and meta steps (request threads) broke
+    # each other's backward passes ("currently running autograd.grad()"), seen under 50 concurrent POSTs
+    with _TORCH_CHECKS:
+        check_activations(spec, body.spec is not None)
+        check_footprint(spec, jobs, settings, body.spec is not None)
     record = SweepRecord(id=new_sweep_id(), name=body.name, experiment=spec.name, quick=body.quick,
                          overrides=body.overrides, spec=spec.model_dump(mode="json"), state="queued",
                          trials_total=spec.trial_count, epochs=spec.epochs, idempotency_key=idempotency_key,

@@ -187,9 +187,10 @@ def trial_memory_limit(spec: SweepSpec) -> int | None:
         return int(spec.execution.memory_limit_gb * 1e9)
     if spec.execution.gpus_per_trial or spec.execution.mode == "fused":
         return None
-    from workers.footprint import trial_footprint
+    from workers.footprint import estimate
 
-    return 3 * trial_footprint(spec).memory_bytes + 2 * 2 ** 30
+    footprint = estimate(spec)
+    return 3 * footprint.memory_bytes + 2 * 2 ** 30 if footprint else None
 
 
 def _end_runs(runs: RunStore, sweep_id: str, parent_run_id: str, status: str) -> None:

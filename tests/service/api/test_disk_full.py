@@ -1,6 +1,6 @@
 """A full disk mid-sweep: ACTSWEEP_HOME (the MLflow store, Tune's checkpoints) on a small tmpfs,
 filled while a sweep trains. The sweep fails and says why, the API stays up, and the sweep records
-(PostgreSQL) and the MLflow store still open and read back."""
+(SQLite, on another disk) and the MLflow store still open and read back."""
 from __future__ import annotations
 
 import subprocess
@@ -42,9 +42,9 @@ def _fill(folder: Path) -> int:
     return written
 
 
-def test_a_full_disk_fails_the_sweep_clearly_and_loses_no_record(ray_head, postgres, small_disk, tmp_path):
+def test_a_full_disk_fails_the_sweep_clearly_and_loses_no_record(ray_head, small_disk, tmp_path):
     home = small_disk / "home"
-    database = postgres["actsweep"]
+    database = f"sqlite:///{tmp_path / 'sweeps.db'}"  # where the failure can be written down
     server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_HOME=str(home), ACTSWEEP_DATABASE_URL=database,
                                ACTSWEEP_OUTAGE_PATIENCE_S="5"), log=tmp_path / "api.log").start()
     try:

@@ -50,7 +50,7 @@ def test_two_homes_run_side_by_side_each_on_its_own_head_and_stop_it(tmp_path):
     try:
         for name, env in envs.items():
             launched = time.monotonic()
-            servers[name] = ApiServer(env, log=tmp_path / f"{name}.log").start()
+            servers[name] = ApiServer(env, log=tmp_path / f"{name}.log").start(timeout_s=120)
             took = _healthy(servers[name]) + (time.monotonic() - launched)
             heads[name] = LocalHead(**json.loads((Path(env["ACTSWEEP_HOME"]) / "ray" / "head.json").read_text()))
             print(f"home {name}: healthy {took:.1f} s after `serve` started, head at {heads[name].dashboard_url}")
@@ -81,7 +81,7 @@ def test_two_homes_run_side_by_side_each_on_its_own_head_and_stop_it(tmp_path):
         assert forced.returncode == 0 and "interrupted" in forced.stdout, forced.stderr
         assert dashboard_status(heads["b"].dashboard_url) is None and not heads["b"].processes()
         assert dashboard_status(heads["a"].dashboard_url) == 200  # the other home's head is untouched
-        servers["b"] = ApiServer(envs["b"], log=tmp_path / "b2.log").start()  # it starts a new head for b
+        servers["b"] = ApiServer(envs["b"], log=tmp_path / "b2.log").start(timeout_s=120)  # it starts a new head for b
         with servers["b"].client() as client:
             record = client.get(f"/sweeps/{long}").json()
         assert record["state"] == "interrupted" and "actsweep stop --force" in record["error"]
