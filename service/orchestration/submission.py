@@ -97,12 +97,19 @@ def check_activations(spec: SweepSpec, inline: bool) -> None:
                                  str(exc).removeprefix("activation: ")) from None
 
 
-def check_schedulable(spec: SweepSpec, jobs: RayJobs) -> None:
-    """A trial that no node of the cluster can hold would wait forever: refused now."""
+def cluster_nodes(jobs: RayJobs) -> list[dict[str, float]] | None:
+    """Each alive node's resources, asked once per submission; None where the cluster is away (the
+    submission itself will say so)."""
     try:
-        nodes = jobs.node_resources()
+        return jobs.node_resources()
     except ClusterUnreachable:
-        return  # the submission itself will say the cluster is away
+        return None
+
+
+def check_schedulable(spec: SweepSpec, nodes: list[dict[str, float]] | None) -> None:
+    """A trial that no node of the cluster can hold would wait forever: refused now."""
+    if nodes is None:
+        return
     for resource, asked, field in (("CPU", spec.execution.cpus_per_trial, "cpus_per_trial"),
                                    ("GPU", spec.execution.gpus_per_trial, "gpus_per_trial")):
         largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
@@ -111,15 +118,13 @@ def check_schedulable(spec: SweepSpec, jobs: RayJobs) -> None:
                                  f"at most {largest:g}: the largest node of the cluster has {largest:g} {resource}")
 
 
-def check_footprint(spec: SweepSpec, jobs: RayJobs, settings: Settings, inline: bool) -> None:
-    """A trial too large for the largest node's memory, or a sweep over ACTSWEEP_MAX_SWEEP_PFLOP, is
-    refused now, from an estimate made on the meta device (workers.footprint): nothing is allocated."""
+def check_footprint(spec: SweepSpec, nodes: list[dict[str, float]] | None, settings: Settings, inline: bool) -> None:
+    """A trial too large for the largest node's memory (this machine's, where the cluster is away),
+    or a sweep over ACTSWEEP_MAX_SWEEP_PFLOP, is refused now, from an estimate made on the meta
+    device (workers.footprint): nothing is allocated."""
     from workers.footprint import unaffordable
 
-    try:
-        memory = max((node.get("memory", 0.0) for node in jobs.node_resources()), default=0.0)
-    except ClusterUnreachable:
-        memory = 0.0
+    memory = max((node.get("memory", 0.0) for node in nodes or []), default=0.0)
     refused = unaffordable(spec, memory or psutil.virtual_memory().total, settings.max_sweep_pflop * 1e15)
     if refused is not None:
         field, reason = refused
@@ -169,12 +174,13 @@ def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: Swe
                              f"the grid has {spec.trial_count} trials; at most {settings.max_trials_per_sweep} per "
                              f"sweep (ACTSWEEP_MAX_TRIALS_PER_SWEEP)")
     check_confined(spec, settings, body.spec is not None)
-    check_schedulable(spec, jobs)
+    nodes = cluster_nodes(jobs)
+    check_schedulable(spec, nodes)
     # one request at a time through autograd: concurrent probes and meta steps (request threads) broke
     # each other's backward passes ("currently running autograd.grad()"), seen under 50 concurrent POSTs
     with _TORCH_CHECKS:
         check_activations(spec, body.spec is not None)
-        check_footprint(spec, jobs, settings, body.spec is not None)
+        check_footprint(spec, nodes, settings, body.spec is not None)
     record = SweepRecord(id=new_sweep_id(), name=body.name, experiment=spec.name, quick=body.quick,
                          overrides=body.overrides, spec=spec.model_dump(mode="json"), state="queued",
                          trials_total=spec.trial_count, epochs=spec.epochs, idempotency_key=idempotency_key,

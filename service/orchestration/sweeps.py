@@ -24,7 +24,8 @@ from service.reporting.figures import render_figures
 from service.reporting.results import sweep_results
 from service.runs.cache import Reused, reuse_finished
 from service.runs.logger import MLflowTrialLogger
-from service.runs.store import EXPERIMENT, PHASE, SWEEP_ID, Provenance, RunStore, RunsUnavailable
+from service.runs.store import (EXPERIMENT, PHASE, SWEEP_ID, Provenance, RunStore, RunsUnavailable,
+                                fail_fast_over_http)
 from service.settings import Settings
 from workers.data import Splits, load_dataset
 from workers.trainable import run_trial
@@ -269,11 +270,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     if on_parent_run:
         on_parent_run(exp_id, parent_run_id)
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # progress is ours (callbacks); keep Tune's tables off
-    # An MLflow server that is away fails a call in seconds, not after minutes of the client's own retries:
-    # the trial logger keeps what it could not send and retries itself, without holding up the Tune loop
-    for variable, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
-                            ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")):
-        os.environ.setdefault(variable, value)
+    fail_fast_over_http(retries=2)  # a driver's MLflow calls fail in seconds while its server is away
     connect_ray(settings)
     sweep = _Sweep(spec, settings, sweep_id, runs, exp_id, parent_run_id, [], on_reused, resume_parent_run_id is not None)
     mlflow_logger = MLflowTrialLogger(runs, exp_id, parent_run_id, sweep.sweep_tags,
