@@ -14,7 +14,7 @@ from service.orchestration.jobs import ClusterUnreachable, RayJobs
 from service.orchestration.reconciler import Reconciler
 from service.orchestration.records import SweepStore
 from service.orchestration.submission import SubmissionError
-from service.runs.store import RunsUnavailable, fail_fast_over_http
+from service.runs.store import RunStore, RunsUnavailable, fail_fast_over_http
 from service.settings import Settings, get_settings, mask_secrets
 
 logger = logging.getLogger("actsweep.api")
@@ -27,6 +27,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # (`actsweep serve` has joined the cluster, or started this home's head, before the app starts)
+        try:  # the MLflow store's schema made once, here: drivers started at once raced to migrate a new one
+            RunStore(settings.resolved_tracking_uri).ping()
+        except RunsUnavailable as exc:
+            logger.warning("the MLflow store does not answer yet (%s); sweeps will wait for it", mask_secrets(str(exc)))
         reconciler = Reconciler(app.state.store, app.state.jobs, settings).start()
         yield
         reconciler.stop()
