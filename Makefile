@@ -1,5 +1,5 @@
 # The two quick-start commands. Each creates or reuses the virtual environment (.ci/venv.sh).
-.PHONY: demo test deploy-check
+.PHONY: demo test test-fast lock deploy-check
 
 demo:  ## the main job: the quick MNIST classification sweep on the real MNIST, on a local Ray
 	@venv=$$(bash .ci/venv.sh) && "$$venv/bin/actsweep" run mnist_classification --quick
@@ -7,5 +7,11 @@ demo:  ## the main job: the quick MNIST classification sweep on the real MNIST, 
 test:  ## the test suite, against a real local Ray and real MLflow stores (and headless Chromium)
 	@bash .ci/system-packages.sh && venv=$$(bash .ci/venv.sh) && "$$venv/bin/python" -m pytest -q
 
+test-fast:  ## the inner loop: every test not marked slow (a few minutes; make test runs everything)
+	@venv=$$(bash .ci/venv.sh) && "$$venv/bin/python" -m pytest -q -m "not slow"
+
 deploy-check:  ## the container deployment built and run with Podman (no Docker Hub), a worker killed mid-sweep
 	@bash .ci/deploy-packages.sh && venv=$$(bash .ci/venv.sh) && "$$venv/bin/python" docker/deploy-check/run.py
+
+lock:  ## regenerate requirements.lock from pyproject.toml (uv pip compile; --upgrade via ARGS=--upgrade)
+	@bash .ci/lock.sh $(ARGS)

@@ -10,6 +10,16 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
+def ensure_local_ray() -> None:
+    """The session's one local Ray (2 CPUs, no dashboard) for in-process sweeps: started on first use
+    and kept for the session; started again only after a test that needed another Ray (a
+    cluster, a made-up GPU) shut it down. Starting a Ray costs seconds, and modules used to each."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+
 @pytest.fixture
 def actsweep_env(tmp_path, monkeypatch) -> dict[str, str]:
     """Environment for an isolated actsweep: its own home (MLflow store, Ray results), a local
@@ -38,10 +48,32 @@ def postgres() -> dict[str, str]:
         (pytest.fail if os.environ.get("ACTSWEEP_REQUIRE_POSTGRES") else pytest.skip)(str(exc))
 
 
+@pytest.fixture
+def cuda() -> str:
+    """A CUDA device, or a skip where there is none (a failure where ACTSWEEP_REQUIRE_CUDA=1: a GPU machine)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        (pytest.fail if os.environ.get("ACTSWEEP_REQUIRE_CUDA") else pytest.skip)("needs a CUDA device")
+    return "cuda"
+
+
 SHARED_TWPOS = REPO.parent / "shared" / "data"  # a copy of the Twitter POS data, for tests only
-# The copy sits beside the clone (as in CI); a clone on its own skips the tests that read it.
-needs_twpos = pytest.mark.skipif(not (SHARED_TWPOS / "twpos" / "oct27.train").is_file(),
-                                 reason=f"no Twitter POS copy at {SHARED_TWPOS}/twpos")
+
+
+def require_twpos() -> None:
+    """Skip where no Twitter POS copy sits beside the clone; fail instead where the CI says one must
+    (ACTSWEEP_REQUIRE_TWPOS=1, as for Chromium and PostgreSQL)."""
+    if not (SHARED_TWPOS / "twpos" / "oct27.train").is_file():
+        (pytest.fail if os.environ.get("ACTSWEEP_REQUIRE_TWPOS") else pytest.skip)(
+            f"no Twitter POS copy at {SHARED_TWPOS}/twpos")
+
+
+@pytest.fixture
+def twpos() -> Path:
+    """The data folder holding the Twitter POS copy (``twpos/``), or a skip (or a failure: require_twpos)."""
+    require_twpos()
+    return SHARED_TWPOS
 
 
 def make_cifar(data_dir: Path, name: str, per_batch: int = 200, test: int = 100, seed: int = 0) -> Path:

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("service", "workers", "search_spaces")
 # the layer of each room: a module may import its own layer and those below it
 LAYERS = [("workers", 0), ("search_spaces", 1), ("service.settings", 1), ("service.patience", 1),
-          ("service.ports", 1), ("service.runs", 2), ("service.reporting", 3),
+          ("service.ports", 1), ("service.lock", 1), ("service.runs", 2), ("service.reporting", 3),
           ("service.orchestration", 4), ("service.api", 5), ("service.cli", 5), ("service.benchmarks", 5),
           ("service.local_servers", 5)]
 
@@ -59,8 +59,8 @@ def test_imports_point_down_the_layers(name):
 def test_the_spec_and_the_trial_types_load_without_torch_or_ray():
     code = ("import sys, search_spaces, workers.trial, workers.registry, search_spaces.plan\n"
             "from search_spaces import load_spec\n"
-            "plan = load_spec('mnist_classification').plan()\n"
-            "assert len(plan.grid) == 90\n"
+            "spec = load_spec('mnist_classification')\n"
+            "assert len(spec.plan().grid) == spec.trial_count > 0\n"
             "loaded = [m for m in ('torch', 'ray', 'mlflow') if m in sys.modules]\n"
             "assert not loaded, loaded\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -60,7 +60,7 @@ class GridPoint:
         return asdict(self)
 
     def run_name(self) -> str:
-        return f"{self.activation}-lr{self.lr:g}-do{self.dropout:g}-s{self.seed}"
+        return f"{self.activation} lr={self.lr:g} d={self.dropout:g} s={self.seed}"
 
     def __str__(self) -> str:
         return f"({self.activation}, lr {self.lr:g}, dropout {self.dropout:g}, seed {self.seed})"

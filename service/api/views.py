@@ -4,6 +4,7 @@ from __future__ import annotations
 from service.api.schemas import Links, Progress, SweepDetail, SweepPublic, TrialPublic
 from service.orchestration.local_head import dashboard_url_of
 from service.orchestration.records import SweepRecord, TrialCounts
+from service.runs.links import experiment_link, run_link
 from service.settings import Settings
 
 
@@ -19,8 +20,8 @@ def _links(record: SweepRecord, settings: Settings) -> Links:
     exp, run = record.mlflow_experiment_id, record.mlflow_parent_run_id
     return Links(ray_dashboard=dashboard,
                  ray_job=f"{dashboard}/#/jobs/{record.ray_job_id}" if dashboard and record.ray_job_id else None,
-                 mlflow_experiment=f"{ui}/#/experiments/{exp}" if exp else None,
-                 mlflow_parent_run=f"{ui}/#/experiments/{exp}/runs/{run}" if exp and run else None)
+                 mlflow_experiment=experiment_link(ui, exp, record.id) if exp else None,
+                 mlflow_parent_run=run_link(ui, exp, run) if exp and run else None)
 
 
 def to_public(record: SweepRecord, settings: Settings, counts: TrialCounts) -> SweepPublic:

@@ -147,7 +147,7 @@ class RayJobs:
                                      f"{head.dashboard_url} within {HEAD_START_S} s")
         return head.dashboard_url
 
-    def submit(self, sweep_id: str, restart: int = 0) -> str:
+    def submit(self, sweep_id: str, restart: int = 0, experiment: str = "") -> str:
         """Start the sweep's driver as a Ray job; the job id is derived from the sweep id
         (and the restart's number, for a driver that replaces a dead one)."""
         settings = self.settings
@@ -171,7 +171,10 @@ class RayJobs:
         while True:
             try:
                 return self.client.submit_job(entrypoint=entrypoint, submission_id=job_id_for(sweep_id, restart),
-                                              runtime_env={"env_vars": env}, metadata={"sweep_id": sweep_id})
+                                              runtime_env={"env_vars": env},
+                                              # job_name: the name Ray's dashboard lists the job by
+                                              metadata={"job_name": f"actsweep {experiment} {sweep_id}".replace("  ", " "),
+                                                        "sweep_id": sweep_id, "experiment": experiment})
             except RuntimeError as exc:
                 # A Ray head that has just started answers before its job agent is up.
                 if "No available agent" not in str(exc) or time.monotonic() > deadline:

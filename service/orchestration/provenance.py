@@ -1,4 +1,5 @@
-"""Where a sweep's numbers came from: the code version and the hardware, recorded with its parent run."""
+"""Where a sweep's numbers came from: the code version, the locked environment and the hardware,
+recorded with its parent run."""
 from __future__ import annotations
 
 import os

@@ -62,7 +62,7 @@ def reconcile(store: SweepStore, jobs: RayJobs, record: SweepRecord, settings: S
 def _restart(store: SweepStore, jobs: RayJobs, record: SweepRecord, restart: int) -> SweepRecord:
     job_id = job_id_for(record.id, restart)
     try:
-        jobs.submit(record.id, restart)
+        jobs.submit(record.id, restart, experiment=record.experiment)
     except ClusterUnreachable:
         return record  # no verdict: the next round tries again
     except RuntimeError as exc:  # Ray refused the job: one with this id exists already (another replica's)
@@ -83,7 +83,7 @@ def _submit_unsubmitted(store: SweepStore, jobs: RayJobs, record: SweepRecord) -
     if (utcnow() - created).total_seconds() < UNSUBMITTED_GRACE_S:
         return  # its submission may still be under way
     try:
-        jobs.submit(record.id)
+        jobs.submit(record.id, experiment=record.experiment)
     except ClusterUnreachable:
         return
     except RuntimeError:  # submitted meanwhile (the id is taken): adopt it

@@ -190,7 +190,7 @@ def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: Swe
     except DuplicateIdempotencyKey:  # a concurrent request with the same key won the race
         return _replay(store, settings, idempotency_key, digest) or store.by_idempotency_key(idempotency_key), True
     try:
-        job_id = jobs.submit(record.id)
+        job_id = jobs.submit(record.id, experiment=record.experiment)
     except Exception as exc:  # whatever the cause, the sweep is failed on the record, and the answer says why
         store.finish(record.id, "failed", error=f"could not start the Ray job: {type(exc).__name__}")
         raise SubmissionError(503, mask_secrets(f"the Ray cluster did not take the sweep: {type(exc).__name__}: "

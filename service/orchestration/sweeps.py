@@ -17,14 +17,17 @@ import ray
 from ray import tune
 
 from search_spaces import LrSearch, SweepSpec, packs
+from service.lock import environment_lock
 from service.orchestration.pack_sizing import auto_pack_size
 from service.orchestration.provenance import code_version, hardware
 from service.patience import cannot_write
+from service.reporting.aggregate import FINAL_METRICS
 from service.reporting.figures import render_figures
+from service.reporting.report import render
 from service.reporting.results import sweep_results
 from service.runs.cache import Reused, reuse_finished
 from service.runs.logger import MLflowTrialLogger
-from service.runs.store import (EXPERIMENT, PHASE, SWEEP_ID, Provenance, RunStore, RunsUnavailable,
+from service.runs.store import (EXPERIMENT, PHASE, SWEEP_ID, DatasetRef, Provenance, RunStore, RunsUnavailable,
                                 fail_fast_over_http)
 from service.settings import Settings
 from workers.data import Splits, load_dataset
@@ -238,7 +241,8 @@ def _open_sweep(spec: SweepSpec, settings: Settings, runs: RunStore, sweep_id: s
     if resume_parent_run_id:
         return exp_id, resume_parent_run_id
     provenance = Provenance(sweep_id, spec.name, quick, splits.source, spec.protocol.select_lr_by,
-                            spec.protocol.headline_metric, code_version(), hardware(), spec.slice.label())
+                            spec.protocol.headline_metric, code_version(), environment_lock(), hardware(),
+                            spec.slice.label())
     params = {**flatten(spec.trial_base()), "trials": spec.trial_count,
               **{f"data.{k}": v for k, v in splits.sizes().items()}}
     return exp_id, runs.start_sweep(exp_id, name or f"{spec.name}-{sweep_id}", provenance, params,
@@ -273,8 +277,9 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     fail_fast_over_http(retries=2)  # a driver's MLflow calls fail in seconds while its server is away
     connect_ray(settings)
     sweep = _Sweep(spec, settings, sweep_id, runs, exp_id, parent_run_id, [], on_reused, resume_parent_run_id is not None)
+    dataset = DatasetRef(spec.dataset, splits.fingerprint(), splits.source, splits.sizes())
     mlflow_logger = MLflowTrialLogger(runs, exp_id, parent_run_id, sweep.sweep_tags,
-                                      resuming=resume_parent_run_id is not None)
+                                      resuming=resume_parent_run_id is not None, dataset=dataset)
     for callback in callbacks:  # callbacks that want each trial's MLflow run ids read them from the logger
         if hasattr(callback, "mlflow_logger"):
             callback.mlflow_logger = mlflow_logger
@@ -293,7 +298,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
             chosen = [(r.activation, r.dropout, r.lr) for r in table[table["lr_chosen"]].itertuples()]
             sweep.fit("retrain", splits.with_validation_in_training(), "retrain", points=plan.retrain_points(chosen))
         status = "FINISHED" if not sweep.errors else "FAILED"
-        _log_figures(runs, sweep_id, parent_run_id)
+        _log_summary(runs, sweep_id, parent_run_id)
     except Exception as failure:
         status = "FAILED"
         try:  # the runs end FAILED; where even that fails (the store away, its disk full), the first cause is raised
@@ -344,11 +349,29 @@ def seed_rounds(sweep: "_Sweep", splits: Splits, on_round: Callable[[dict, list[
             return
 
 
-def _log_figures(runs: RunStore, sweep_id: str, parent_run_id: str) -> None:
-    """The sweep's figures, logged with its parent run; a figure that cannot be drawn is no failed sweep."""
+def median_metrics(results) -> dict[str, float]:
+    """Each configuration's medians over seeds as metric names MLflow accepts and its UI sorts:
+    ``median/test_error/gelu_tanh lr:0.001 d:0.5`` (the retraining phase's under ``median_retrain/``)."""
+    found = {}
+    for prefix, table in (("median", results.table), ("median_retrain", results.retrained)):
+        if table is None or not len(table):
+            continue
+        for row in table.to_dict("records"):
+            config = f"{row['activation']} lr:{row['lr']:g} d:{row['dropout']:g}"
+            for metric in FINAL_METRICS:
+                if metric in row and row[metric] == row[metric]:  # (NaN: no seed reported it)
+                    found[f"{prefix}/{metric}/{config}"] = float(row[metric])
+    return found
+
+
+def _log_summary(runs: RunStore, sweep_id: str, parent_run_id: str) -> None:
+    """The sweep's medians, report and figures, logged with its parent run (what MLflow's UI shows
+    of the sweep); a figure or report that cannot be drawn is no failed sweep."""
     try:
-        runs.log_figures(parent_run_id, render_figures(sweep_results(runs, sweep_id)))
+        results = sweep_results(runs, sweep_id)
+        runs.log_sweep_summary(parent_run_id, median_metrics(results), render(results, "md"))
+        runs.log_figures(parent_run_id, render_figures(results))
     except RunsUnavailable:
         raise
     except Exception as exc:
-        logger.warning("the figures of sweep %s could not be drawn: %s: %s", sweep_id, type(exc).__name__, exc)
+        logger.warning("the report of sweep %s could not be drawn: %s: %s", sweep_id, type(exc).__name__, exc)

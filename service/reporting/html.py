@@ -15,6 +15,7 @@ from service.reporting.aggregate import SweepResults
 from service.reporting.report import (claim_verdicts_table, execution_line, format_value, learned_parameters_table,
                                       looks_table, paper_terms_table, protocol_line, readable_table, verdicts_line,
                                       verdicts_table)
+from service.runs.links import experiment_link, run_link
 from service.settings import mask_secrets
 
 PAPERS = {"gelu": "Hendrycks & Gimpel, Gaussian Error Linear Units (GELUs)",
@@ -53,10 +54,10 @@ def to_html(results: SweepResults, figures: dict[str, bytes], mlflow_ui_url: str
     ui = mask_secrets(mlflow_ui_url or "http://127.0.0.1:5000").rstrip("/")
     if not ui.startswith(("http://", "https://")):  # a link, never a script (javascript: ...)
         ui = "http://127.0.0.1:5000"
-    experiment_url = f"{ui}/#/experiments/{results.experiment_id}"
+    experiment_url = experiment_link(ui, results.experiment_id, results.sweep_id if "+" not in results.sweep_id else None)
 
     def run_url(run_id: str) -> str:
-        return f"{experiment_url}/runs/{run_id}"
+        return run_link(ui, results.experiment_id, run_id)
 
     spec = results.spec or {}
     task = spec.get("task")

@@ -20,6 +20,7 @@ from service.reporting.figures import render_figures
 from service.reporting.paper_table import reported_rows
 from service.reporting.report import family, format_interval, format_value, render, to_json
 from service.reporting.results import results_from_exports
+from service.lock import environment_lock
 from service.runs.exports import ExportError
 
 
@@ -118,6 +119,7 @@ def build_record(manifest: Path) -> list[Path]:
             written.append(folder / name)
         wall = sum(s["wall (s)"] or 0 for s in results.sources)
         commits = sorted({(s["code version"] or "?").replace("git ", "")[:10] for s in results.sources})
+        locks = sorted({s["lock"] for s in results.sources})
         ours, verdict, paper = _summary(results)
         tested = []
         for hypothesis in entry.hypotheses:
@@ -136,7 +138,7 @@ def build_record(manifest: Path) -> list[Path]:
                                   f"page in the folder (missing: {', '.join(sorted(missing)) or analysis['page']})")
             tested.append(Tested(Path(analysis["page"]).stem, analysis["page"], analysis["question"],
                                  analysis["verdict"], analysis["finding"]))
-        (folder / "README.md").write_text(_experiment_page(entry, spec, results, wall, commits, tested))
+        (folder / "README.md").write_text(_experiment_page(entry, spec, results, wall, commits, locks, tested))
         written.append(folder / "README.md")
         (hypotheses_index if spec.paper == "custom" else index).append({"experiment": f"[{entry.name}]({entry.name}/README.md)",
                       "paper, section": f"{spec.paper.upper()} {spec.section}", "paper's claim or number": paper,
@@ -152,7 +154,19 @@ def build_record(manifest: Path) -> list[Path]:
     return [*written, readme]
 
 
-def _experiment_page(entry: RecordEntry, spec, results, wall: float, commits: list[str],
+def _environment_line(locks: list[str]) -> str:
+    """Which locked environment the sweeps ran in, and whether it is the one rebuilding the record."""
+    now = environment_lock() or "none (this environment was not built from requirements.lock)"
+    if locks == [now]:
+        return f"Environment: requirements.lock {now}, the lock this record was rebuilt under."
+    made = ", ".join(lock for lock in locks if lock != "not recorded")
+    if "not recorded" in locks:
+        made = (made + " and " if made else "") + "an environment with no lock recorded (sweeps made before the lock)"
+    return (f"Environment: the sweeps ran under requirements.lock {made}; this record was rebuilt under "
+            f"another lock, {now}. Numbers may differ where a package changed (compare the two locks).")
+
+
+def _experiment_page(entry: RecordEntry, spec, results, wall: float, commits: list[str], locks: list[str],
                      tested: list[Tested]) -> str:
     import pandas as pd
 
@@ -165,6 +179,7 @@ def _experiment_page(entry: RecordEntry, spec, results, wall: float, commits: li
         "Deviations from the paper's protocol: " + ("; ".join(entry.deviations) or "none") + ".", "",
         *[f"- {note}" for note in entry.notes], "",
         f"Wall time on this machine, all sweeps: {wall / 3600:.2f} h. Code: {', '.join(commits)}.", "",
+        _environment_line(locks), "",
         "## Results", "",
         "- [report.md](report.md): the report in the paper's terms, with every table "
         "([report.json](report.json) the same as data)",

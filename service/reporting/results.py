@@ -86,6 +86,7 @@ def results_from_exports(paths: list[Path], spec: SweepSpec | None = None) -> Sw
     provenance = exports[0].provenance if len(exports) == 1 and spec is None else Provenance(experiment=target.name)
     sources = [{"sweep": e.sweep_id, "experiment": e.provenance.experiment, "slice": e.provenance.slice or "whole grid",
                 "runs": e.runs, "wall (s)": e.wall_s, "code version": e.provenance.code_version,
+                "lock": e.provenance.environment_lock or "not recorded",
                 "hardware": e.provenance.hardware, "file": e.path.name} for e in exports]
     return results_from_runs(runs_from_tidy(frame), target.model_dump(mode="json"), provenance, tidy_histories(frame),
                              sweep_id="+".join(e.sweep_id for e in exports), sources=sources)

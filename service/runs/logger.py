@@ -9,7 +9,7 @@ from ray import tune
 
 from service.patience import Outbox
 from service.runs.store import (DIVERGED, EXECUTION, GPUS, NODE_ID, NODE_IDS, PACK_ID, PACK_SIZE, PHASE, RESUMED_FROM_EPOCH,
-                                SWEEP_ID, TRIAL_ID, TRIAL_KEY, RunStore, RunsUnavailable, _now_ms)
+                                SWEEP_ID, TRIAL_ID, TRIAL_KEY, DatasetRef, RunStore, RunsUnavailable, _now_ms)
 from workers.trial import KEY_FIELD, GridPoint, is_pack, member_results, members, mlflow_params
 
 # What Tune adds to every result; everything else numeric that a trial reports is a metric.
@@ -47,8 +47,9 @@ class MLflowTrialLogger(PicklableCallback):
     _now: RunStore | None = None
 
     def __init__(self, runs: RunStore, experiment_id: str, parent_run_id: str, sweep_tags: dict[str, str],
-                 resuming: bool = False):
+                 resuming: bool = False, dataset: DatasetRef | None = None):
         self.runs = runs
+        self.dataset = dataset  # logged as each run's input (MLflow's Dataset column)
         if not resuming:  # a new sweep has no runs yet: nothing to look up (see `existing`)
             self.existing = {}
         self.experiment_id = experiment_id
@@ -84,6 +85,8 @@ class MLflowTrialLogger(PicklableCallback):
             if self.run_ids[trial.trial_id][i] is None:
                 self.outbox.put(self._create_run, trial, i, cfg, len(configs))
                 self.outbox.put(self._send, "log_params", trial.trial_id, i, mlflow_params(cfg))
+                if self.dataset is not None:
+                    self.outbox.put(self._send, "log_dataset", trial.trial_id, i, self.dataset)
 
     def _existing_run(self, trial, index: int) -> str | None:
         """The run of a trial that a dead driver had started: a driver restored from Tune's

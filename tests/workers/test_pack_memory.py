@@ -77,15 +77,14 @@ def test_largest_pack():
     assert footprint.largest_pack(500) == 0
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_footprint_bounds_the_cuda_peak(digits):
+def test_footprint_bounds_the_cuda_peak(digits, cuda):
     from service.orchestration.pack_sizing import GPU_HEADROOM
     from workers.fused import train_pack
 
     cfgs = [_cfg(activation=a, seed=s, eval_train=True, eval_noise=(0.5,)) for s, a in enumerate(["gelu", "relu", "elu"] * 4)]
     footprint = measure_footprint(cfgs[:3], digits)
     torch.cuda.reset_peak_memory_stats()
-    list(train_pack(cfgs, digits, "cuda"))
+    list(train_pack(cfgs, digits, cuda))
     peak = torch.cuda.max_memory_allocated()
     print(f"cuda peak {peak / 2**20:.1f} MiB, footprint {footprint.bytes(len(cfgs)) / 2**20:.1f} MiB")
     assert footprint.bytes(len(cfgs)) * 0.5 <= peak <= footprint.bytes(len(cfgs)) / GPU_HEADROOM

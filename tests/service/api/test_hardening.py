@@ -7,8 +7,10 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -167,10 +169,32 @@ def test_the_api_listens_on_loopback_only_without_a_token(tmp_path):
     assert done.returncode == 2 and "ACTSWEEP_API_TOKEN" in done.stderr and "127.0.0.1" in done.stderr
 
 
+class HangUpListener:
+    """Injected fault: an MLflow server that accepts each connection and hangs up at once. It counts the
+    connections, so a test can bound how much work a request spends on a dependency that is down."""
+
+    def __init__(self):
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.port, self.connections = self.socket.getsockname()[1], 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.connections += 1
+            connection.close()
+
+    def close(self):
+        self.socket.close()
+
+
 def test_dependencies_down_are_503s_without_credentials(ray_head, tmp_path):
-    """MLflow and then the sweep database unreachable: clear 503s, quick health, no password anywhere."""
-    dead = free_port()
-    env = {**api_env(tmp_path, ray_head), "ACTSWEEP_TRACKING_URI": f"http://mlflow:hunter2@127.0.0.1:{dead}"}
+    """MLflow and then the sweep database unreachable: clear 503s, bounded work, no password anywhere."""
+    dead, mlflow = free_port(), HangUpListener()
+    env = {**api_env(tmp_path, ray_head), "ACTSWEEP_TRACKING_URI": f"http://mlflow:hunter2@127.0.0.1:{mlflow.port}"}
     home = Path(env["ACTSWEEP_HOME"])
     home.mkdir(parents=True)
     store = SweepStore(f"sqlite:///{home / 'sweeps.db'}")
@@ -179,19 +203,23 @@ def test_dependencies_down_are_503s_without_credentials(ray_head, tmp_path):
     server = ApiServer(env, log=tmp_path / "api.log").start()
     try:
         with server.client() as client:
-            started = time.monotonic()
+            before = mlflow.connections
             health = client.get("/healthz")
-            assert time.monotonic() - started < 10 and health.status_code == 503
+            assert health.status_code == 503 and mlflow.connections - before == 1  # one try, no retries
             assert not health.json()["mlflow"]["ok"] and health.json()["ray"]["ok"]
             for method, path in [("GET", "/sweeps/kept1/results"), ("GET", "/sweeps/kept1/report"),
                                  ("DELETE", "/sweeps/kept1")]:
+                before = mlflow.connections
                 answer = client.request(method, path)
                 assert answer.status_code == 503 and "MLflow store" in answer.text, (path, answer.text)
+                # the first MLflow call that fails ends the request: 1 try + 1 retry (fail_fast_over_http)
+                assert 1 <= mlflow.connections - before <= 2, (path, mlflow.connections - before)
             assert client.get("/sweeps/kept1").json()["state"] == "cancelled"  # the cancel itself was kept
             for answer in (health, client.get("/sweeps/kept1/results")):
                 assert "hunter2" not in answer.text
     finally:
         server.stop()
+        mlflow.close()
     env["ACTSWEEP_DATABASE_URL"] = f"postgresql+psycopg://actsweep:hunter2@127.0.0.1:{dead}/actsweep"
     server = ApiServer(env, log=tmp_path / "api2.log").start()  # it starts while its database is away
     try:

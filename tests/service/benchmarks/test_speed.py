@@ -3,7 +3,9 @@ MLflow store for (b) and (c)), and what it prints and writes follows from the ro
 from __future__ import annotations
 
 import json
+import re
 
+import pytest
 import ray
 
 from service.benchmarks.speed import main as bench
@@ -23,11 +25,18 @@ def test_the_benchmark_times_every_variant_and_keeps_each_ones_fastest_round(tmp
         assert found["steady_trial_epochs_per_s"] > 0  # from the epochs after each trial's first
     for name in ("per_trial", "fused"):  # through Tune: starting Ray and the trials is a fixed start of seconds
         assert report["results"][name]["fixed_start_s"] > 0
-    seconds = {name: report["results"][name]["seconds"] for name in report["results"]}
-    assert report["ratios"] == {"fused/plain": round(seconds["plain"] / seconds["fused"], 2),
-                                "per_trial/plain": round(seconds["plain"] / seconds["per_trial"], 2)}
+    # the timings as measured, read from the line each round printed when it ended (0.1 s)
     printed = capsys.readouterr().out
-    assert printed.count("[round 2/2]") == 3 and "ratios, end to end unless marked (fastest rounds): fused/plain" in printed
+    measured = {name: [] for name in ("plain", "per_trial", "fused")}
+    for name, seconds in re.findall(r"^(plain|per_trial|fused) +([\d.]+) s .*\[round \d/2\]$", printed, re.M):
+        measured[name].append(float(seconds))
+    assert all(len(rounds) == 2 for rounds in measured.values()), printed
+    for name, rounds in measured.items():  # the report keeps every round, and its fastest as the time
+        assert report["results"][name]["rounds"] == pytest.approx(rounds, abs=0.051)
+    for over in ("fused", "per_trial"):  # a ratio is the plain script's fastest round over the variant's
+        assert report["ratios"][f"{over}/plain"] == pytest.approx(min(measured["plain"]) / min(measured[over]),
+                                                                  rel=0.05, abs=0.02)
+    assert "ratios, end to end unless marked (fastest rounds): fused/plain" in printed
 
 
 def test_the_benchmark_refuses_one_epoch_naming_the_option(capsys):

@@ -4,6 +4,7 @@ mid-sweep costs no trial, no epoch logged twice and no duplicate MLflow run: the
 are retried on the other node from their last checkpoint (Tune's FailureConfig)."""
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ def cluster():
     address = f"127.0.0.1:{port}"
     nodes = [RayNode.head(port, 0, "--include-dashboard", "false")]
     try:
-        time.sleep(5)
+        _wait_until_listening(port)  # the head's GCS, which the workers join
         nodes += [RayNode.worker(address, 1, '{"worker_a": 1}'), RayNode.worker(address, 1, '{"worker_b": 1}')]
         ray.shutdown()  # this test's driver joins the cluster (another test may have left a local Ray)
         deadline = time.monotonic() + 90
@@ -54,6 +55,17 @@ def cluster():
         ray.shutdown()
         for node in reversed(nodes):
             node.stop()
+
+
+def _wait_until_listening(port: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    pytest.fail(f"the Ray head never listened on port {port}")
 
 
 def search_runs(client: MlflowClient, filter_string: str) -> list:

@@ -23,6 +23,7 @@ SMALL = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "m
 
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory):
+    ray.shutdown()  # (the session's local Ray has no GPU; this module's Ray has one made up)
     ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     yield Settings(home=tmp_path_factory.mktemp("execution"), download=False)
     ray.shutdown()

@@ -4,7 +4,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import ray
 from mlflow.tracking import MlflowClient
 
 from search_spaces import SpecError, load_spec, packs
@@ -14,6 +13,7 @@ from service.reporting.results import sweep_results
 from service.settings import Settings
 from workers.pack_memory import measure_footprint
 from workers.trial import TrialConfig, members, tune_config
+from tests.conftest import ensure_local_ray
 
 # 2 activations × 2 dropouts × 3 seeds = 12 grid points: at most 4 a pack, 4 packs of 3 on 2 slots
 SMALL = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
@@ -22,9 +22,8 @@ SMALL = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "m
 
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory):
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield Settings(home=tmp_path_factory.mktemp("fused"), download=False)
-    ray.shutdown()
+    ensure_local_ray()
+    return Settings(home=tmp_path_factory.mktemp("fused"), download=False)
 
 
 def test_packs_are_balanced_and_sorted_by_activation():

@@ -1,12 +1,13 @@
-"""Every experiment's --quick variant end to end on a real local Ray and a real MLflow store:
-real data where it is here (MNIST, Twitter POS), generated data of the right shape for CIFAR
-and TIMIT. Overrides shrink each further so the whole catalog runs in minutes."""
+"""The --quick variants end to end on a real local Ray and a real MLflow store, one experiment for
+each loader, model and protocol path: real data where it is here (MNIST, Twitter POS), generated
+data of the right shape for CIFAR, TIMIT and ImageNet. Overrides shrink each further. Every other
+catalog experiment shares all its paths with one of these (its spec and plan are checked in
+tests/search_spaces, its model in tests/workers/test_models.py)."""
 from __future__ import annotations
 
 import os
 
 import pytest
-import ray
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
@@ -14,7 +15,7 @@ from search_spaces.catalog import experiment_names
 from service.orchestration.sweeps import run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
-from tests.conftest import SHARED_TWPOS, make_cifar, make_imagenet, make_timit
+from tests.conftest import SHARED_TWPOS, ensure_local_ray, make_cifar, make_imagenet, make_timit, require_twpos
 
 SMALLER = {
     "mnist": {"train_subset": 1000, "epochs": 1, "seeds": 1},
@@ -37,16 +38,36 @@ def settings(tmp_path_factory):
     make_cifar(data, "cifar100")
     make_timit(data)
     make_imagenet(data, per_class=24)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield Settings(home=home, data_dir=data, download=False)
-    ray.shutdown()
+    ensure_local_ray()
+    return Settings(home=home, data_dir=data, download=False)
 
 
-@pytest.mark.parametrize("name", experiment_names())
+# experiment: the path it is the one end-to-end test of
+PATHS = {
+    "mnist_classification": "MNIST, the 8-layer MLP, noise-robustness copies",
+    "mnist_soi": "the stochastic SOI map, and trials reused from the sweep before (the trial cache)",
+    "elu_mnist_learning": "unit-activation medians (the ELU paper's statistic)",
+    "mnist_autoencoder": "reconstruction: the autoencoder and its loss",
+    "timit": "the TIMIT frame loader",
+    "twitter_pos": "the Twitter POS loader and the window tagger's embeddings",
+    "cifar10_shallow": "CIFAR-10, the shallow CNN, retraining on all data at the chosen lr, linear decay",
+    "cifar10_small": "the small CIFAR CNN",
+    "cifar100_wrn": "CIFAR-100, the wide ResNet, a cosine schedule, no validation split",
+    "elu_cifar100_11layer": "the stacked-conv ELU net, a piecewise schedule by iteration",
+    "elu_imagenet": "ImageNet's image-folder loader",
+}
+
+
+def test_every_path_is_an_experiment_of_the_catalog():
+    assert set(PATHS) <= set(experiment_names())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PATHS))
 def test_quick_variant_runs_end_to_end(settings, name):
     spec = load_spec(name, quick=True)
-    if spec.dataset == "twitter_pos" and not (settings.resolved_data_dir / "twpos").exists():
-        pytest.skip(f"no Twitter POS copy at {SHARED_TWPOS}/twpos")
+    if spec.dataset == "twitter_pos":
+        require_twpos()
     spec = load_spec(name, quick=True, overrides=SMALLER[spec.dataset])
     outcome = run_sweep(spec, settings, quick=True)
     retrained = {(p.activation, p.dropout) for p in spec.grid_points()} if spec.protocol.retrain_on_full else set()
@@ -66,6 +87,7 @@ def test_quick_variant_runs_end_to_end(settings, name):
     assert ("median_unit_activation_1" in logged) == spec.activation_stats  # the ELU paper's statistic
 
 
+@pytest.mark.slow
 def test_optuna_lr_search_repeats_every_suggestion_over_the_seeds(settings):
     spec = load_spec("mnist_classification", quick=True, overrides={
         "dataset": "digits", "val_size": 200, "epochs": 2, "model.depth": 2, "model.width": 32,

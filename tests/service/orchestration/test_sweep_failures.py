@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import pytest
-import ray
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
 from service.orchestration.sweeps import run_sweep
 from service.settings import Settings
+from tests.conftest import ensure_local_ray
 
 # a convolutional net on vector inputs: every trial fails in its first forward pass
 BROKEN = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "activation": ["gelu", "relu"],
@@ -17,9 +17,8 @@ BROKEN = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "
 
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory):
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield Settings(home=tmp_path_factory.mktemp("failures"), download=False)
-    ray.shutdown()
+    ensure_local_ray()
+    return Settings(home=tmp_path_factory.mktemp("failures"), download=False)
 
 
 def test_a_sweep_whose_trials_fail_leaves_no_run_running(settings):
@@ -48,6 +47,7 @@ def test_a_figure_that_cannot_be_drawn_fails_nothing(settings, monkeypatch):
 
 def test_a_driver_that_breaks_mid_sweep_ends_every_run(settings):
     from ray import tune
+    from ray.tune.error import TuneError
 
     class Breaks(tune.Callback):  # injected fault: the driver fails while its trials are running
         def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -55,7 +55,7 @@ def test_a_driver_that_breaks_mid_sweep_ends_every_run(settings):
 
     slow = {**BROKEN, "epochs": 30, "model": {"kind": "mlp", "depth": 2, "width": 16, "init": "torch_default"}}
     spec = load_spec("mnist_classification", quick=True, overrides=slow)
-    with pytest.raises(Exception):
+    with pytest.raises(TuneError, match="the driver broke"):  # the callback's own error, as Tune reports it
         run_sweep(spec, settings, sweep_id="breaks1", callbacks=(Breaks(),))
     client = MlflowClient(settings.resolved_tracking_uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.sweep_id = 'breaks1'")

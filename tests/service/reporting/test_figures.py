@@ -63,7 +63,8 @@ def test_html_report_holds_tables_figures_spec_and_provenance(store):
     page = to_html(results, render_figures(results), "http://mlflow.example:5000")
     assert page.count('<img src="data:image/png;base64,') == 7  # the activations' panel (f, f′) too
     assert "git abc123" in page and "test cpu" in page
-    assert f"http://mlflow.example:5000/#/experiments/{results.experiment_id}/runs/{results.parent_run_id}" in page
+    assert (f"http://mlflow.example:5000/#/experiments/{results.experiment_id}/runs/{results.parent_run_id}"
+            "?workflowType=machine_learning") in page  # the training view, not the GenAI overview
     assert all(f"/runs/{run_id}" in page for run_id in results.runs["run_id"])  # every trial run is linked
     assert "a &lt;b&gt;note&lt;/b&gt;" in page and "<b>note" not in page  # spec text is escaped
     assert "Fast and Accurate Deep Network Learning by ELUs" in page and "headline_metric: test_error" in page

@@ -62,9 +62,11 @@ def test_dropout_is_tuned_on_validation_where_the_spec_tunes_it():
 
 
 def test_the_median_interval_states_the_coverage_it_has():
-    for values in ([0.1, 0.2, 0.3], [0.5, 0.1, 0.9, 0.4, 0.3], [1.0, 1.0, 2.0]):
-        median, low, high, coverage = median_with_interval(values)
-        assert low <= median <= high
+    # the interval is [x_(k), x_(n+1-k)] for the largest k whose binomial coverage, 1 - 2 P(B(n, ½) < k),
+    # is at least 95% where n allows it, else [min, max]: exact order statistics, not any bracket
+    assert median_with_interval([9, 1, 8, 2, 7, 3, 6, 4, 5]) == (5.0, 2.0, 8.0, 1 - 2 * 10 / 512)  # k = 2 of 9
+    assert median_with_interval([0.5, 0.1, 0.9, 0.4, 0.3])[:3] == (0.4, 0.1, 0.9)
+    assert median_with_interval([1.0, 1.0, 2.0])[:3] == (1.0, 1.0, 2.0)  # ties kept as they are
     assert median_with_interval([0.3, 0.1, 0.2])[1:] == (0.1, 0.3, 0.75)  # 3 values: [min, max] covers 75%
     assert median_with_interval([5, 1, 4, 2, 3])[3] == pytest.approx(0.9375)  # 5: 93.8%, not 95%
     median, low, high, coverage = median_with_interval([0.3])

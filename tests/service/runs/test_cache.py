@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-import ray
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
@@ -10,6 +9,7 @@ from service.orchestration.sweeps import run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
 from workers.trial import GridPoint, trial_key
+from tests.conftest import ensure_local_ray
 
 TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
         "activation": ["gelu", "relu"], "lr": [0.01], "dropout": 0, "seeds": 2}
@@ -79,9 +79,8 @@ def test_key_ignores_what_only_places_or_labels_a_trial():
 
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory):
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield Settings(home=tmp_path_factory.mktemp("cache"), download=False)
-    ray.shutdown()
+    ensure_local_ray()
+    return Settings(home=tmp_path_factory.mktemp("cache"), download=False)
 
 
 def _sweep(settings: Settings, **overrides):

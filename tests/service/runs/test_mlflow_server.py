@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-import ray
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
@@ -13,6 +12,7 @@ from service.reporting.report import render
 from service.reporting.results import sweep_results
 from service.runs.store import RunStore
 from service.settings import Settings
+from tests.conftest import ensure_local_ray
 
 TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
         "activation": ["gelu", "relu"], "lr": [0.01], "dropout": 0, "seeds": 2}
@@ -22,9 +22,8 @@ TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "mo
 def settings(postgres, tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow-server")
     with mlflow_server(postgres["mlflow"], root / "artifacts", root / "mlflow.log") as url:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ensure_local_ray()
         yield Settings(home=root / "home", tracking_uri=url, download=False)
-        ray.shutdown()
 
 
 def test_a_sweep_logs_over_http_and_reads_back(settings):

@@ -30,8 +30,8 @@ def runs(request, tmp_path_factory):
 def _sweep(runs: RunStore, root, sweep_id: str) -> tuple[str, str]:
     exp = runs.experiment_id("actsweep/contract", root / "artifacts")
     assert runs.experiment_id("actsweep/contract", root / "artifacts") == exp  # created once
-    provenance = Provenance(sweep_id, "contract", True, "generated", "val_loss", "test_error", "git abc", "a cpu",
-                            "seed=0")
+    provenance = Provenance(sweep_id, "contract", True, "generated", "val_loss", "test_error", "git abc",
+                            "sha256:0123456789abcdef", "a cpu", "seed=0")
     return exp, runs.start_sweep(exp, f"contract-{sweep_id}", provenance, {"epochs": 2}, {"name": "contract"})
 
 
@@ -50,7 +50,7 @@ def test_a_sweep_and_its_trials_round_trip(runs):
     sweep = runs.sweep("c1")
     assert sweep.run_id == parent and sweep.experiment_id == exp
     assert sweep.provenance == Provenance("c1", "contract", True, "generated", "val_loss", "test_error", "git abc",
-                                          "a cpu", "seed=0")
+                                          "sha256:0123456789abcdef", "a cpu", "seed=0")
     assert runs.spec(parent) == {"name": "contract"}
     first = _trial(runs, exp, parent, "c1", GridPoint("gelu", 0.01, 0.5, 0), "k1")
     runs.end_run(first, "FINISHED")

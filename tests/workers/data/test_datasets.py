@@ -1,14 +1,13 @@
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED_TWPOS, make_cifar, make_imagenet, make_timit, needs_twpos
+from tests.conftest import make_cifar, make_imagenet, make_timit
 from workers.data import DatasetNotFound, load_dataset
 from workers.data.twitter_pos import TAGS
 
 
-@needs_twpos
-def test_twitter_pos_windows_from_the_conll_files():
-    splits = load_dataset("twitter_pos", SHARED_TWPOS, download=False, val_size=1)
+def test_twitter_pos_windows_from_the_conll_files(twpos):
+    splits = load_dataset("twitter_pos", twpos, download=False, val_size=1)
     assert splits.n_classes == 25 == len(TAGS)
     assert splits.in_shape == (3,) and splits.train_x.dtype == np.int64
     # oct27: 1000 / 327 / 500 tweets; one example per token
@@ -19,11 +18,10 @@ def test_twitter_pos_windows_from_the_conll_files():
     assert first_word == "i" and TAGS[splits.train_y[0]] == "O"  # "I	O" is the first line of oct27.train
 
 
-@needs_twpos
-def test_twitter_pos_loads_a_word2vec_text_table(tmp_path):
+def test_twitter_pos_loads_a_word2vec_text_table(tmp_path, twpos):
     vectors = tmp_path / "vectors.txt"
     vectors.write_text("i " + " ".join(["0.5"] * 4) + "\npredict " + " ".join(["-1"] * 4) + "\n")
-    splits = load_dataset("twitter_pos", SHARED_TWPOS, False, 1, options={"embeddings": str(vectors), "embedding_dim": 4})
+    splits = load_dataset("twitter_pos", twpos, False, 1, options={"embeddings": str(vectors), "embedding_dim": 4})
     assert splits.embeddings.shape == (len(splits.vocab), 4)
     np.testing.assert_array_equal(splits.embeddings[splits.vocab.index("i")], [0.5] * 4)
 
