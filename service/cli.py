@@ -13,6 +13,7 @@ from search_spaces import SpecError, catalog, load_spec, parse_set_options
 from service.reporting.report import FORMATS, render
 from service.reporting.results import sweep_results
 from service.runs.exports import ExportError
+from service.runs.links import experiment_link
 from service.runs.store import RunStore, RunsUnavailable, SweepNotFound, fail_fast_over_http
 from service.settings import get_settings
 from workers.activation_defs import ActivationError, parse_name
@@ -120,8 +121,11 @@ def cmd_run(args) -> int:
         print(json.dumps({"sweep_id": outcome.sweep_id, "results": results.rows()}))
     else:
         print(render(results, "md"))
-        console.print(f"Report again: actsweep report {outcome.sweep_id}    MLflow UI: "
-                      f"mlflow ui --backend-store-uri {settings.resolved_tracking_uri}")
+        ui = settings.resolved_mlflow_ui_url
+        serve = ("" if settings.resolved_tracking_uri.startswith(("http://", "https://"))
+                 else f"mlflow ui --backend-store-uri {settings.resolved_tracking_uri}, then open ")
+        console.print(f"Report again: actsweep report {outcome.sweep_id}\nMLflow UI: {serve}"
+                      f"{experiment_link(ui, outcome.experiment_id, outcome.sweep_id)}", soft_wrap=True)
     if outcome.errors:
         console.print(f"[red]{outcome.errors} of {outcome.trials} trials failed[/]")
         return 1

@@ -10,6 +10,17 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
+# A test that needs one of these starts servers or trains a sweep end to end: it is slow (make test-fast
+# leaves it out); the modules that train in-process say so with `pytestmark = pytest.mark.slow`.
+SLOW_FIXTURES = {"ray_head", "server", "e2e", "cluster", "postgres"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
 def ensure_local_ray() -> None:
     """The session's one local Ray (2 CPUs, no dashboard) for in-process sweeps: started on first use
     and kept for the session; started again only after a test that needed another Ray (a

@@ -159,11 +159,13 @@ def _environment_line(locks: list[str]) -> str:
     now = environment_lock() or "none (this environment was not built from requirements.lock)"
     if locks == [now]:
         return f"Environment: requirements.lock {now}, the lock this record was rebuilt under."
-    made = ", ".join(lock for lock in locks if lock != "not recorded")
-    if "not recorded" in locks:
-        made = (made + " and " if made else "") + "an environment with no lock recorded (sweeps made before the lock)"
-    return (f"Environment: the sweeps ran under requirements.lock {made}; this record was rebuilt under "
-            f"another lock, {now}. Numbers may differ where a package changed (compare the two locks).")
+    made = [lock for lock in locks if lock != "not recorded"]
+    ran = (f"the sweeps ran under requirements.lock {', '.join(made)}" if made else
+           "the sweeps ran before environments were locked (no lock recorded)")
+    if made and "not recorded" in locks:
+        ran += ", and some before environments were locked (no lock recorded)"
+    return (f"Environment: {ran}; this record was rebuilt under requirements.lock {now}. Numbers may differ "
+            f"where a package changed between the two.")
 
 
 def _experiment_page(entry: RecordEntry, spec, results, wall: float, commits: list[str], locks: list[str],

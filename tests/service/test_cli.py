@@ -185,6 +185,7 @@ ranking_claims:
 """
 
 
+@pytest.mark.slow  # two sweeps through the command line
 def test_until_decided_stops_a_clear_claim_early_and_a_null_one_at_the_budget(tmp_path):
     import os
 

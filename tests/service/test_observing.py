@@ -19,6 +19,8 @@ from service.settings import Settings
 from tests.browser import load_in_chromium
 from tests.conftest import REPO, ensure_local_ray
 
+pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
+
 COMPARISON = {"dataset": "digits", "val_size": 200, "epochs": 3, "batch_size": 64, "model.depth": 3,
               "model.width": 64, "activation": ["gelu", "relu", "elu", "soi"], "lr": [0.01], "dropout": 0,
               "seeds": 2}
@@ -29,7 +31,6 @@ def _keep(screenshot: Path, name: str) -> None:
         shutil.copy(screenshot, REPO / "docs" / "images" / name)
 
 
-@pytest.mark.slow
 def test_the_mlflow_ui_opens_on_the_training_runs_with_their_names_and_dataset(tmp_path):
     ensure_local_ray()
     settings = Settings(home=tmp_path / "home", download=False)

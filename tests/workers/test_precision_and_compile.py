@@ -41,6 +41,7 @@ def _cfgs(**shared) -> list[TrialConfig]:
                                 ("relu", 0.0, 4, 1e-3), ("relu", 0.5, 5, 5e-4)]]
 
 
+@pytest.mark.slow  # torch.compile builds C++ kernels
 def test_a_compiled_pack_follows_the_eager_pack(digits, monkeypatch):
     if shutil.which("g++") is None and shutil.which("c++") is None:  # CI requires it: fail there, skip elsewhere
         message = "torch.compile on a CPU needs a C++ compiler (g++); .ci/system-packages.sh installs it"

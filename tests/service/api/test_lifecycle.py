@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from service.local_servers import ApiServer, free_port
 from service.orchestration.jobs import dashboard_status
@@ -44,6 +45,8 @@ def _stop(env: dict[str, str], *flags: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.slow  # three Ray heads and two sweeps
+@pytest.mark.timeout(300)  # three Ray heads started, two sweeps trained, one head stopped
 def test_two_homes_run_side_by_side_each_on_its_own_head_and_stop_it(tmp_path):
     envs = {name: _own_head_env(tmp_path, name) for name in ("a", "b")}
     servers, heads = {}, {}

@@ -10,6 +10,8 @@ import ray
 
 from service.benchmarks.speed import main as bench
 
+pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
+
 
 def test_the_benchmark_times_every_variant_and_keeps_each_ones_fastest_round(tmp_path, capsys):
     ray.shutdown()  # the bench starts its own local Ray

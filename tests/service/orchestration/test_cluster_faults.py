@@ -21,6 +21,8 @@ from service.orchestration.sweeps import run_sweep
 from service.settings import Settings
 from workers.checkpoints import STATE_FILE
 
+pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
+
 EPOCHS = 16
 # 2 activations × 2 seeds on the real digits data; epochs of about half a second each (batch 16,
 # 4 × 256 units), so that a node can be lost while its trial is half done.

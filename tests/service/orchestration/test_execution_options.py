@@ -15,6 +15,8 @@ from service.reporting.results import sweep_results
 from service.settings import Settings
 from workers.trainable import trial_device
 
+pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
+
 # 2 activations × 2 seeds = 4 grid points, in 2 packs of 2
 SMALL = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
          "activation": ["gelu", "relu"], "lr": [0.01], "dropout": [0.0], "seeds": 2,

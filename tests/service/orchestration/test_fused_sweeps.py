@@ -15,6 +15,8 @@ from workers.pack_memory import measure_footprint
 from workers.trial import TrialConfig, members, tune_config
 from tests.conftest import ensure_local_ray
 
+pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
+
 # 2 activations × 2 dropouts × 3 seeds = 12 grid points: at most 4 a pack, 4 packs of 3 on 2 slots
 SMALL = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
          "activation": ["gelu", "soi"], "lr": [0.01], "dropout": [0.0, 0.5], "seeds": 3, "execution.rerun": True}

@@ -17,6 +17,8 @@ from service.reporting.results import sweep_results
 from service.settings import Settings
 from tests.conftest import SHARED_TWPOS, ensure_local_ray, make_cifar, make_imagenet, make_timit, require_twpos
 
+pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
+
 SMALLER = {
     "mnist": {"train_subset": 1000, "epochs": 1, "seeds": 1},
     "twitter_pos": {"train_subset": 100, "epochs": 1, "seeds": 1},
@@ -62,7 +64,6 @@ def test_every_path_is_an_experiment_of_the_catalog():
     assert set(PATHS) <= set(experiment_names())
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", list(PATHS))
 def test_quick_variant_runs_end_to_end(settings, name):
     spec = load_spec(name, quick=True)
@@ -87,7 +88,6 @@ def test_quick_variant_runs_end_to_end(settings, name):
     assert ("median_unit_activation_1" in logged) == spec.activation_stats  # the ELU paper's statistic
 
 
-@pytest.mark.slow
 def test_optuna_lr_search_repeats_every_suggestion_over_the_seeds(settings):
     spec = load_spec("mnist_classification", quick=True, overrides={
         "dataset": "digits", "val_size": 200, "epochs": 2, "model.depth": 2, "model.width": 32,

@@ -9,6 +9,8 @@ from service.orchestration.sweeps import run_sweep
 from service.settings import Settings
 from tests.conftest import ensure_local_ray
 
+pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
+
 # a convolutional net on vector inputs: every trial fails in its first forward pass
 BROKEN = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "activation": ["gelu", "relu"],
           "lr": [0.01], "dropout": 0, "seeds": 1, "execution.max_failures": 0,

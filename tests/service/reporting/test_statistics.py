@@ -101,6 +101,7 @@ def _family(rng, noise, n, paired, shifts, reps):
     return outcomes
 
 
+@pytest.mark.slow  # thousands of simulated decisions through the real decision code
 @pytest.mark.parametrize("noise", NOISES)
 @pytest.mark.parametrize("paired", (True, False))
 def test_the_null_false_decision_rate_is_at_most_5_percent(noise, paired):
@@ -174,6 +175,7 @@ def _sequential(rng, shifts, start, step, most, noise="normal"):
             used[claim] = n
 
 
+@pytest.mark.slow  # thousands of simulated decisions through the real decision code
 def test_until_decided_keeps_the_family_wise_error_under_the_null():
     rng = np.random.default_rng(11)
     for noise in NOISES:
@@ -193,6 +195,7 @@ def test_until_decided_stops_early_on_a_clear_effect_and_at_the_budget_on_a_null
 
 # -- whole records on null data ---------------------------------------------------------------------
 
+@pytest.mark.slow  # thousands of simulated decisions through the real decision code
 @pytest.mark.parametrize("experiment", ["activation_zoo", "mnist_classification", "mnist_autoencoder"])
 def test_a_record_of_null_data_decides_a_claim_at_most_5_percent_of_the_time(experiment):
     """Synthetic runs where no activation is better than another (each trial one base value times

@@ -133,8 +133,12 @@ def test_exports_that_do_not_belong_together_are_refused(exported, tmp_path):
         results_from_exports([tmp_path / "lonely.csv"])
 
 
-def test_the_record_is_rebuilt_from_its_manifest(exported, tmp_path, capsys):
+def test_the_record_is_rebuilt_from_its_manifest(exported, tmp_path, capsys, monkeypatch):
     import shutil
+
+    from service.reporting import record as record_module
+
+    monkeypatch.setattr(record_module, "environment_lock", lambda: "sha256:00000000000000bb")  # the rebuilding one
 
     _, out = exported
     record = tmp_path / "record"
@@ -172,6 +176,19 @@ def test_the_record_is_rebuilt_from_its_manifest(exported, tmp_path, capsys):
     assert "lowest median val_error" in (folder / "hypotheses" / "by_error.md").read_text()
     page = (folder / "README.md").read_text()
     assert "does choosing by error change it?" in page and "actsweep run mnist_classification --slice seed=0" in page
+    assert "no lock recorded" in page and "sha256:00000000000000bb" in page  # exports made before the lock
+
+    # exports made under a lock: the page names it, and says so where the rebuilding environment's differs
+    for lock, says in (("sha256:00000000000000aa", "ran under requirements.lock sha256:00000000000000aa; this record "
+                                                   "was rebuilt under requirements.lock sha256:00000000000000bb"),
+                       ("sha256:00000000000000bb", "sha256:00000000000000bb, the lock this record was rebuilt under")):
+        for name in ("s0.json", "s1.json"):
+            sidecar = folder / "data" / name
+            meta = json.loads(sidecar.read_text())
+            meta["tags"]["environment_lock"] = lock
+            sidecar.write_text(json.dumps(meta))
+        assert main(["record", str(record / "campaign.yaml")]) == 0
+        assert says in (folder / "README.md").read_text()
 
     # a hypothesis tested by a script: its page must be in the folder, and the index links it with its verdict
     (record / "campaign.yaml").write_text((record / "campaign.yaml").read_text() + (
