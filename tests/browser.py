@@ -36,3 +36,36 @@ def load_in_chromium(url: str, out: Path, size: str = "1280,2400") -> tuple[str,
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(screenshot, Path(keep) / f"{out.name}.png")
     return dom, screenshot
+
+
+class HeaderProxy:
+    """A loopback HTTP proxy that adds ``headers`` to every request it forwards to ``target``: a
+    browser started from the command line cannot send the bearer token a Ray dashboard with token
+    authentication asks for, which a user types into the dashboard once."""
+
+    def __init__(self, target: str, headers: dict[str, str]):
+        import http.server
+        import threading
+
+        import httpx
+
+        class Forward(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                answer = httpx.get(f"{target}{self.path}", headers=headers, timeout=30)
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in ("content-length", "content-encoding", "transfer-encoding", "connection"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()

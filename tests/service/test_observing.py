@@ -1,7 +1,8 @@
 """The UIs a user opens on a sweep, looked at as a user does, in headless Chromium: MLflow's UI
 (a real ``mlflow server`` on the sweep's store) opens on the training runs comparing GELU, ReLU,
-ELU and SOI, each named by its grid point and showing its dataset. The screenshot in
-docs/observing.md is the one this test takes (ACTSWEEP_UPDATE_SCREENSHOTS=1 writes it there)."""
+ELU and SOI, each named by its grid point and showing its dataset (Ray's dashboard:
+tests/service/api/test_dashboard.py). The screenshot in docs/observing.md is the one this test
+takes (ACTSWEEP_UPDATE_SCREENSHOTS=1 writes it there)."""
 from __future__ import annotations
 
 import os
@@ -26,7 +27,8 @@ COMPARISON = {"dataset": "digits", "val_size": 200, "epochs": 3, "batch_size": 6
               "seeds": 2}
 
 
-def _keep(screenshot: Path, name: str) -> None:
+def keep_screenshot(screenshot: Path, name: str) -> None:
+    """docs/images/NAME, where ACTSWEEP_UPDATE_SCREENSHOTS asks for it (the docs show what a test saw)."""
     if os.environ.get("ACTSWEEP_UPDATE_SCREENSHOTS"):
         shutil.copy(screenshot, REPO / "docs" / "images" / name)
 
@@ -51,4 +53,5 @@ def test_the_mlflow_ui_opens_on_the_training_runs_with_their_names_and_dataset(t
         assert name in dom, f"the run {name!r} is not on the page the experiment opens on"
     assert "digits" in dom  # the Dataset column
     assert "Detect Issues" not in dom
-    _keep(screenshot, "mlflow_runs.png")
+    keep_screenshot(screenshot, "mlflow_runs.png")
+
