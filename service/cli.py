@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from search_spaces import SpecError, catalog, load_spec, parse_set_options
-from service.reporting.report import FORMATS, render
+from service.reporting.render import FORMATS, render
 from service.reporting.results import sweep_results
 from service.runs.exports import ExportError
 from service.runs.links import experiment_link

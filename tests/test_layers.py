@@ -56,6 +56,36 @@ def test_imports_point_down_the_layers(name):
             assert layer_of(imported) <= mine, f"{name} (layer {mine}) imports {imported} (layer {layer_of(imported)})"
 
 
+def test_no_module_imports_itself_through_others():
+    """No import circle, not even through an import inside a function: each module can be read
+    (and changed) knowing only the ones below it."""
+    names = modules()
+    graph = {}
+    for name, path in names.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:  # (from a package, its modules too)
+                found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+        graph[name] = {i for i in found if i in names and i != name}
+
+    def circle_from(start: str) -> list[str] | None:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            name, path = stack.pop()
+            for nxt in graph[name]:
+                if nxt == start:
+                    return path + [start]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+        return None
+
+    circles = [c for c in (circle_from(name) for name in sorted(graph)) if c]
+    assert not circles, " → ".join(circles[0])
+
+
 def test_the_spec_and_the_trial_types_load_without_torch_or_ray():
     code = ("import sys, search_spaces, workers.trial, workers.registry, search_spaces.plan\n"
             "from search_spaces import load_spec\n"

@@ -84,7 +84,7 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
     from service.orchestration.records import SweepRecord, SweepStore
     from service.orchestration.sweeps import connect_ray, run_sweep
     from service.reporting.figures import stored_figures
-    from service.reporting.report import render
+    from service.reporting.render import render
     from service.reporting.results import sweep_results
     from service.runs.store import RunStore
     from service.settings import Settings

@@ -23,7 +23,7 @@ from service.orchestration.provenance import code_version, hardware
 from service.patience import cannot_write
 from service.reporting.aggregate import FINAL_METRICS
 from service.reporting.figures import render_figures
-from service.reporting.report import render
+from service.reporting.render import render
 from service.reporting.results import sweep_results
 from service.runs.cache import Reused, reuse_finished
 from service.runs.logger import MLflowTrialLogger

@@ -16,9 +16,8 @@ with Holm's adjustment (service.reporting.statistics, docs/statistics.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
 
 import pandas as pd
 
@@ -245,39 +244,6 @@ def claim_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> list[
                                      (None, None), where, dropout=dropout, kind=kind, smallest_effect=smallest_effect,
                                      words=claim.get("words", ""), source=claim.get("source", "")))
     return found
-
-
-@dataclass
-class Family:
-    """A sweep's claims, decided as one family."""
-
-    numbers: list[Verdict] = field(default_factory=list)  # the orderings of the paper's numbers
-    claims: list[Verdict] = field(default_factory=list)  # the ranking claims' pairs
-    sequential: Any = None  # until_decided: its looks (service.reporting.sequential.SequentialOutcome)
-
-
-def decide_family(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> Family:
-    """Every claim of a sweep decided as one family: with Holm (:func:`decide`), or over the looks
-    of seeds until decided."""
-    if not spec or not len(table):
-        return Family()
-    if spec.get("until_decided"):  # seeds until decided: the looks' group-sequential decisions
-        from service.reporting.sequential import sequential_verdicts
-
-        outcome = sequential_verdicts(runs[runs["phase"] == "grid"], spec)
-        return Family(outcome.numbers, outcome.claims, outcome)
-    protocol = spec.get("protocol", {})
-    smallest_effect = protocol.get("smallest_effect", 0.02)
-    numbers = verdicts(reported_rows(runs, table, spec), smallest_effect)
-    claims = claim_verdicts(runs, table, spec)
-    decide(numbers + claims, protocol.get("alpha", st.ALPHA), smallest_effect)
-    return Family(numbers, claims)
-
-
-def family_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> tuple[list[Verdict], list[Verdict]]:
-    """(the orderings of the paper's numbers, the ranking claims' pairs), decided as one family."""
-    found = decide_family(runs, table, spec)
-    return found.numbers, found.claims
 
 
 def _rows_at(runs: pd.DataFrame, table: pd.DataFrame, lr: float, dropout: float, metric: str) -> list[ReportedRow]:

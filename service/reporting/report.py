@@ -1,16 +1,15 @@
 """Rendering a sweep's aggregated results as Markdown, CSV or JSON."""
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict
 
 import pandas as pd
 
 from service.reporting.aggregate import SweepResults
-from service.reporting.paper_table import Family, Verdict, decide_family, reported_rows
+from service.reporting.family import Family, decide_family
+from service.reporting.paper_table import Verdict, reported_rows
 
-FORMATS = ("md", "csv", "json", "html")
 SHOWN = ["activation", "dropout", "lr", "n_seeds", "n_diverged", "train_loss", "train_loss_eval", "val_loss",
          "val_error", "test_loss", "test_error"]
 AT_BEST_SHOWN = ["best_val_epoch", "val_error_at_best_val", "test_error_at_best_val"]  # report_epoch: best_val_epoch
@@ -303,19 +302,3 @@ def _finite(value):
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
-
-
-def render(results: SweepResults, fmt: str, figures: dict[str, bytes] | None = None,
-           mlflow_ui_url: str | None = None) -> str:
-    """The report in ``fmt`` (md, csv, json, or html with ``figures`` and links into the MLflow UI)."""
-    if fmt == "html":
-        from service.reporting.html import to_html
-
-        return to_html(results, figures or {}, mlflow_ui_url)
-    if fmt == "md":
-        return to_markdown(results)
-    if fmt == "csv":
-        return results.table.to_csv(index=False)
-    if fmt == "json":
-        return json.dumps(to_json(results), indent=2)
-    raise ValueError(f"--format: unknown {fmt!r}; accepted: {', '.join(FORMATS)}")

@@ -13,7 +13,8 @@ from service.orchestration.jobs import RayJobs
 from service.orchestration.records import SWEEP_STATES, TRIAL_STATES, SweepStore
 from service.orchestration.submission import SubmissionError, cancel_sweep, get_sweep, submit_sweep
 from service.reporting.figures import stored_figures
-from service.reporting.report import render, to_json
+from service.reporting.render import render
+from service.reporting.report import to_json
 from service.reporting.results import sweep_results
 from service.runs.store import RunStore, SweepNotFound
 from service.settings import Settings

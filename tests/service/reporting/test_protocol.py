@@ -9,8 +9,10 @@ import pandas as pd
 import pytest
 
 from service.reporting.aggregate import choose_lr_on_validation, median_over_seeds
-from service.reporting.paper_table import family_verdicts, reported_rows
-from service.reporting.report import render, to_json
+from service.reporting.family import family_verdicts
+from service.reporting.paper_table import reported_rows
+from service.reporting.render import render
+from service.reporting.report import to_json
 from service.reporting.results import sweep_results
 from tests.service.constructed_runs import log_trial, sweep_logger
 

@@ -205,7 +205,7 @@ def test_a_record_of_null_data_decides_a_claim_at_most_5_percent_of_the_time(exp
 
     from search_spaces import load_spec
     from service.reporting.aggregate import choose_lr_on_validation, median_over_seeds, selection_metric, table_metrics
-    from service.reporting.paper_table import family_verdicts
+    from service.reporting.family import family_verdicts
 
     spec = load_spec(experiment).model_dump(mode="json")
     headline = spec["protocol"]["headline_metric"]

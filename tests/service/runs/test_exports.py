@@ -10,7 +10,8 @@ import pytest
 from search_spaces import load_spec
 from service.cli import main
 from service.reporting.figures import render_figures
-from service.reporting.report import render, to_json
+from service.reporting.render import render
+from service.reporting.report import to_json
 from service.reporting.results import results_from_exports, sweep_results
 from service.runs.exports import ExportError
 from tests.service.constructed_runs import log_trial, sweep_logger

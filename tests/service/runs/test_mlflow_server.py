@@ -8,7 +8,7 @@ from search_spaces import load_spec
 from service.local_servers import mlflow_server
 from service.orchestration.sweeps import run_sweep
 from service.reporting.figures import stored_figures
-from service.reporting.report import render
+from service.reporting.render import render
 from service.reporting.results import sweep_results
 from service.runs.store import RunStore
 from service.settings import Settings
