@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 LOCK_FILE = "requirements.lock"
+NO_LOCK = "not recorded"  # what a record says of a sweep that recorded no lock (made before the lock)
 
 
 def lock_digest(path: Path) -> str:

@@ -23,6 +23,12 @@ def chromium() -> str:
     return found
 
 
+def keep_screenshot(screenshot: Path, name: str) -> None:
+    """docs/images/NAME, where ACTSWEEP_UPDATE_SCREENSHOTS asks for it (the docs show what a test saw)."""
+    if os.environ.get("ACTSWEEP_UPDATE_SCREENSHOTS"):
+        shutil.copy(screenshot, Path(__file__).resolve().parent.parent / "docs" / "images" / name)
+
+
 def load_in_chromium(url: str, out: Path, size: str = "1280,2400") -> tuple[str, Path]:
     """The DOM after the page loaded (its scripts and image handlers run), and a PNG screenshot."""
     browser, profile = chromium(), out / "chromium-profile"

@@ -173,7 +173,7 @@ class RayJobs:
                 return self.client.submit_job(entrypoint=entrypoint, submission_id=job_id_for(sweep_id, restart),
                                               runtime_env={"env_vars": env},
                                               # job_name: the name Ray's dashboard lists the job by
-                                              metadata={"job_name": f"actsweep {experiment} {sweep_id}".replace("  ", " "),
+                                              metadata={"job_name": " ".join(filter(None, ("actsweep", experiment, sweep_id))),
                                                         "sweep_id": sweep_id, "experiment": experiment})
             except RuntimeError as exc:
                 # A Ray head that has just started answers before its job agent is up.

@@ -21,7 +21,7 @@ from service.reporting.paper_table import reported_rows
 from service.reporting.render import render
 from service.reporting.report import family, format_interval, format_value, to_json
 from service.reporting.results import results_from_exports
-from service.lock import environment_lock
+from service.lock import NO_LOCK, environment_lock
 from service.runs.exports import ExportError
 
 
@@ -160,10 +160,10 @@ def _environment_line(locks: list[str]) -> str:
     now = environment_lock() or "none (this environment was not built from requirements.lock)"
     if locks == [now]:
         return f"Environment: requirements.lock {now}, the lock this record was rebuilt under."
-    made = [lock for lock in locks if lock != "not recorded"]
+    made = [lock for lock in locks if lock != NO_LOCK]
     ran = (f"the sweeps ran under requirements.lock {', '.join(made)}" if made else
            "the sweeps ran before environments were locked (no lock recorded)")
-    if made and "not recorded" in locks:
+    if made and NO_LOCK in locks:
         ran += ", and some before environments were locked (no lock recorded)"
     return (f"Environment: {ran}; this record was rebuilt under requirements.lock {now}. Numbers may differ "
             f"where a package changed between the two.")

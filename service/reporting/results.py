@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from search_spaces import SpecError, SweepSpec
+from service.lock import NO_LOCK
 from service.reporting.aggregate import SweepResults, results_from_runs
 from service.runs.exports import ExportError, read_export, runs_from_tidy, sidecar_of, tidy_histories
 from service.runs.store import Provenance, RunStore
@@ -86,7 +87,7 @@ def results_from_exports(paths: list[Path], spec: SweepSpec | None = None) -> Sw
     provenance = exports[0].provenance if len(exports) == 1 and spec is None else Provenance(experiment=target.name)
     sources = [{"sweep": e.sweep_id, "experiment": e.provenance.experiment, "slice": e.provenance.slice or "whole grid",
                 "runs": e.runs, "wall (s)": e.wall_s, "code version": e.provenance.code_version,
-                "lock": e.provenance.environment_lock or "not recorded",
+                "lock": e.provenance.environment_lock or NO_LOCK,
                 "hardware": e.provenance.hardware, "file": e.path.name} for e in exports]
     return results_from_runs(runs_from_tidy(frame), target.model_dump(mode="json"), provenance, tidy_histories(frame),
                              sweep_id="+".join(e.sweep_id for e in exports), sources=sources)

@@ -5,10 +5,6 @@ tests/service/api/test_dashboard.py). The screenshot in docs/observing.md is the
 takes (ACTSWEEP_UPDATE_SCREENSHOTS=1 writes it there)."""
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -17,20 +13,14 @@ from service.local_servers import MlflowServer
 from service.orchestration.sweeps import run_sweep
 from service.runs.links import experiment_link
 from service.settings import Settings
-from tests.browser import load_in_chromium
-from tests.conftest import REPO, ensure_local_ray
+from tests.browser import keep_screenshot, load_in_chromium
+from tests.conftest import ensure_local_ray
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
 COMPARISON = {"dataset": "digits", "val_size": 200, "epochs": 3, "batch_size": 64, "model.depth": 3,
               "model.width": 64, "activation": ["gelu", "relu", "elu", "soi"], "lr": [0.01], "dropout": 0,
               "seeds": 2}
-
-
-def keep_screenshot(screenshot: Path, name: str) -> None:
-    """docs/images/NAME, where ACTSWEEP_UPDATE_SCREENSHOTS asks for it (the docs show what a test saw)."""
-    if os.environ.get("ACTSWEEP_UPDATE_SCREENSHOTS"):
-        shutil.copy(screenshot, REPO / "docs" / "images" / name)
 
 
 def test_the_mlflow_ui_opens_on_the_training_runs_with_their_names_and_dataset(tmp_path):

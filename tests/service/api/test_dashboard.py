@@ -4,9 +4,8 @@ takes (ACTSWEEP_UPDATE_SCREENSHOTS=1 writes it there)."""
 from __future__ import annotations
 
 from service.orchestration.jobs import ray_auth_headers
-from tests.browser import HeaderProxy, load_in_chromium
+from tests.browser import HeaderProxy, keep_screenshot, load_in_chromium
 from tests.service.api.conftest import TINY, finished, wait_for
-from tests.service.test_observing import keep_screenshot
 
 
 def test_the_ray_dashboard_lists_each_sweeps_driver_as_a_job_named_after_it(server, tmp_path):
