@@ -1,6 +1,6 @@
 """What a sweep trains, phase by phase: the grid, the lr searches, the retraining on all the data.
 
-:meth:`search_spaces.SweepSpec.plan` gives the :class:`Plan`; the driver (service.orchestration)
+:meth:`search_spaces.SweepSpec.plan` gives the :class:`Plan`; the driver (service.driver)
 runs it. Torch-free.
 """
 from __future__ import annotations

@@ -14,7 +14,7 @@ from service.reporting.render import FORMATS, render
 from service.reporting.results import sweep_results
 from service.runs.exports import ExportError
 from service.runs.links import experiment_link
-from service.runs.store import RunStore, RunsUnavailable, SweepNotFound, fail_fast_over_http
+from service.runs.store import RunStore, RunsUnavailable, SweepNotFound, configure_mlflow_client
 from service.settings import get_settings
 from workers.activation_defs import ActivationError, parse_name
 from workers.data import DatasetNotFound
@@ -95,8 +95,9 @@ def cmd_run(args) -> int:
         probe(spec.activation_def(name))
     _check_footprint(spec, settings)
     # Imported once the spec is valid: Ray and Tune take seconds to import.
-    from service.orchestration.progress import LiveProgress
-    from service.orchestration.sweeps import connect_ray, load_splits, new_sweep_id, run_sweep
+    from service.driver.progress import LiveProgress
+    from service.driver.sweeps import connect_ray, load_splits, run_sweep
+    from service.records import new_sweep_id
 
     splits = load_splits(spec, settings)
     console = Console(stderr=True, soft_wrap=True)
@@ -205,7 +206,7 @@ def cmd_serve(args) -> int:
     import uvicorn
 
     from service.api.main import create_app
-    from service.orchestration.jobs import ClusterUnreachable, RayJobs
+    from service.control.jobs import ClusterUnreachable, RayJobs
     from service.settings import mask_secrets
 
     settings = get_settings()
@@ -222,8 +223,8 @@ def cmd_serve(args) -> int:
 
 
 def cmd_stop(args) -> int:
-    from service.orchestration.jobs import RayJobs
-    from service.orchestration.records import SweepStore
+    from service.control.jobs import RayJobs
+    from service.records import SweepStore
 
     settings = get_settings()
     head, open_ids = RayJobs(settings).stop_own_head(args.force, SweepStore(settings.resolved_database_url))
@@ -328,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["bench", "--", *argv[1:]]
     args = build_parser().parse_args(argv)
     if args.command in ("report", "export"):
-        fail_fast_over_http()
+        settings = get_settings()
+        configure_mlflow_client(settings.mlflow_http_retries, settings.mlflow_http_timeout_s)
     try:
         return args.handler(args)
     except USER_ERRORS as exc:

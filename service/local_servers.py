@@ -10,13 +10,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import psutil
 
+from service.patience import poll
 from service.ports import free_port  # (re-exported: the tests take it from here)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -112,16 +112,10 @@ class MlflowServer:
                 [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
                  "--backend-store-uri", self.backend_uri, "--serve-artifacts", "--artifacts-destination",
                  str(self.artifacts), "--workers", "1"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not start: {self.log.read_text()[-2000:]}")
-            time.sleep(0.5)
+        if poll(lambda: self.process.poll() is not None or _answers(f"{self.url}/health"), 120, every_s=0.5) \
+                and self.process.poll() is None:
+            return self
+        raise RuntimeError(f"mlflow server did not start: {self.log.read_text()[-2000:]}")
 
     def kill(self) -> None:
         """SIGKILL the server and its workers (its process group), as a crash would."""
@@ -152,7 +146,7 @@ class RayNode:
     node's processes (raylet, workers), which is how a test loses a node."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None):
-        from service.orchestration.jobs import ray_cli
+        from service.control.jobs import ray_cli
 
         self.temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
         # ports of its own where Ray has fixed defaults, so that it starts beside any other Ray on the machine
@@ -187,35 +181,36 @@ class RayNode:
                 self.process.kill()
 
 
+def _answers(url: str, status: int | None = 200) -> bool:
+    """Whether ``url`` answers (with ``status``; with anything where that is None)."""
+    try:
+        answer = httpx.get(url, timeout=2)
+    except httpx.HTTPError:
+        return False
+    return status is None or answer.status_code == status
+
+
 def sigkill_where(matches) -> list[int]:
     """SIGKILL every process for which ``matches(pid, arguments as bytes)``; their pids."""
     killed = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for process in psutil.process_iter(["cmdline"]):
+        arguments = [a.encode() for a in process.info["cmdline"] or []]
         try:
-            pid = int(cmdline.parent.name)
-            if matches(pid, cmdline.read_bytes().split(b"\0")):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-        except (OSError, ValueError):
+            if matches(process.pid, arguments):
+                process.kill()
+                killed.append(process.pid)
+        except psutil.NoSuchProcess:
             pass  # gone already
     return killed
 
 
 def _descendants(root: int) -> set[int]:
-    """``root`` and every process below it, from each process's parent in /proc/PID/stat."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # the field after "(comm) state"
-        except (OSError, ValueError, IndexError):
-            continue  # gone already
-        children.setdefault(parent, []).append(int(stat.parent.name))
-    found, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        found.add(pid)
-        todo += children.get(pid, [])
-    return found
+    """``root`` and every process below it."""
+    try:
+        parent = psutil.Process(root)
+        return {root} | {child.pid for child in parent.children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return {root}
 
 
 class ApiServer:
@@ -231,13 +226,8 @@ class ApiServer:
         self.process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
                                          "--log-level", "info"], cwd=REPO, env=self.env, stdout=out, stderr=out,
                                         start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"{self.url}/healthz", timeout=2)
-                return self
-            except httpx.HTTPError:
-                time.sleep(0.5)
+        if poll(lambda: _answers(f"{self.url}/healthz", status=None), timeout_s, every_s=0.5):
+            return self
         raise RuntimeError("the API did not start")
 
     def stop(self) -> None:

@@ -12,7 +12,8 @@ import logging
 import time
 from collections import deque
 
-from tenacity import Retrying, before_sleep_log, retry_if_exception, stop_after_delay, wait_exponential
+from tenacity import (Retrying, before_sleep_log, retry_if_exception, retry_if_result, stop_after_delay, wait_exponential,
+                      wait_fixed)
 
 logger = logging.getLogger("actsweep.patience")
 
@@ -25,6 +26,13 @@ _OUTAGE_SIGNS = ("could not connect", "connection refused", "connection reset", 
 
 # what a store that answers but cannot write says: waiting will not help
 _NO_OUTAGE_SIGNS = ("disk is full", "no space left on device", "read-only file system", "disk quota exceeded")
+
+
+def poll(check, timeout_s: float, every_s: float = 1.0):
+    """``check()`` asked every ``every_s`` seconds until its answer is true, for ``timeout_s`` at most
+    (asked once where that is 0); its last answer (false where the time ran out)."""
+    return Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(every_s), retry=retry_if_result(lambda a: not a),
+                    retry_error_callback=lambda state: state.outcome.result())(check)
 
 
 def is_outage(exc: BaseException) -> bool:

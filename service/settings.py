@@ -5,13 +5,14 @@ Ray results under one folder (ACTSWEEP_HOME, default ~/.actsweep).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import SecretStr
+from pydantic import SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]+)@", re.I)
@@ -71,8 +72,35 @@ class Settings(BaseSettings):
     # a sweep's driver waits out an outage of MLflow or of the sweep database this long (seconds),
     # retrying with backoff, before the sweep fails (service.patience)
     outage_patience_s: float = 600.0
+    # MLflow's HTTP client, where the tracking URI is a server: this many retries (1 s, 2 s ... apart;
+    # a sweep's driver makes one more) and this timeout per request, so a server that does not answer
+    # fails a call in seconds (the API answers 503), not after minutes (service.runs.store)
+    mlflow_http_retries: int = 1
+    mlflow_http_timeout_s: float = 10.0
     reconcile_s: float = 5.0  # the API's reconciler looks at every open sweep this often (seconds)
     driver_restarts: int = 2  # a sweep whose driver dies is continued by a new one (Tuner.restore) this often
+
+    @model_validator(mode="after")
+    def _read_secret_files(self) -> "Settings":
+        """ACTSWEEP_TRACKING_URI_FILE and ACTSWEEP_DATABASE_URL_FILE: the URL read, once, from a file its
+        owner alone reads (a password kept out of environments and Ray's job metadata); it wins over
+        the plain variable."""
+        for name in ("tracking_uri", "database_url"):
+            path = getattr(self, f"{name}_file")
+            if path is not None:
+                if not path.is_file():
+                    raise ValueError(f"{name}_file: no file at {path}")
+                setattr(self, name, path.read_text().strip())
+        return self
+
+    def environment(self) -> dict[str, str]:
+        """These settings as ACTSWEEP_* variables, for a child process (a sweep's driver) to read back
+        the same: those not at their defaults, without the API token and the stores' URLs (which may
+        hold passwords: the caller passes those as files, ACTSWEEP_*_FILE)."""
+        secret = {"api_token", "tracking_uri", "database_url", "tracking_uri_file", "database_url_file"}
+        values = self.model_dump(mode="json", exclude_defaults=True, exclude=secret)
+        return {f"ACTSWEEP_{name.upper()}": value if isinstance(value, str) else json.dumps(value)
+                for name, value in values.items()}
 
     @cached_property
     def root(self) -> Path:
@@ -82,8 +110,6 @@ class Settings(BaseSettings):
 
     @property
     def resolved_tracking_uri(self) -> str:
-        if self.tracking_uri_file:
-            return self.tracking_uri_file.read_text().strip()
         return self.tracking_uri or f"sqlite:///{self.root / 'mlflow.db'}"
 
     @property
@@ -92,8 +118,6 @@ class Settings(BaseSettings):
 
     @property
     def resolved_database_url(self) -> str:
-        if self.database_url_file:
-            return self.database_url_file.read_text().strip()
         return self.database_url or f"sqlite:///{self.root / 'sweeps.db'}"
 
     @property

@@ -1,9 +1,11 @@
-"""The code's layers point one way: api and the CLI → orchestration → runs and reporting → spec and
-plan → workers; the spec and the trial types load without torch or Ray; only service.runs talks to
-MLflow; and nothing in the package imports the tests."""
+"""The code's layers point one way: api and the CLI → the control plane and the driver → reporting →
+runs and records → spec and plan → workers; the control plane never reaches the driver, and the API
+and the CLI start without torch, Ray Tune or matplotlib; the spec and the trial types load without
+torch or Ray; only service.runs talks to MLflow; and nothing in the package imports the tests."""
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -15,8 +17,8 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("service", "workers", "search_spaces")
 # the layer of each room: a module may import its own layer and those below it
 LAYERS = [("workers", 0), ("search_spaces", 1), ("service.settings", 1), ("service.patience", 1),
-          ("service.ports", 1), ("service.lock", 1), ("service.runs", 2), ("service.reporting", 3),
-          ("service.orchestration", 4), ("service.api", 5), ("service.cli", 5), ("service.benchmarks", 5),
+          ("service.ports", 1), ("service.lock", 1), ("service.runs", 2), ("service.records", 2), ("service.records_migrations", 2),
+          ("service.reporting", 3), ("service.control", 4), ("service.driver", 4), ("service.api", 5), ("service.cli", 5), ("service.benchmarks", 5),
           ("service.local_servers", 5)]
 
 
@@ -56,9 +58,8 @@ def test_imports_point_down_the_layers(name):
             assert layer_of(imported) <= mine, f"{name} (layer {mine}) imports {imported} (layer {layer_of(imported)})"
 
 
-def test_no_module_imports_itself_through_others():
-    """No import circle, not even through an import inside a function: each module can be read
-    (and changed) knowing only the ones below it."""
+def import_graph() -> dict[str, set[str]]:
+    """Each module and the package's modules it imports, at its top or inside a function."""
     names = modules()
     graph = {}
     for name, path in names.items():
@@ -69,6 +70,13 @@ def test_no_module_imports_itself_through_others():
             elif isinstance(node, ast.Import):
                 found |= {alias.name for alias in node.names}
         graph[name] = {i for i in found if i in names and i != name}
+    return graph
+
+
+def test_no_module_imports_itself_through_others():
+    """No import circle, not even through an import inside a function: each module can be read
+    (and changed) knowing only the ones below it."""
+    graph = import_graph()
 
     def circle_from(start: str) -> list[str] | None:
         stack, seen = [(start, [start])], set()
@@ -95,6 +103,32 @@ def test_the_spec_and_the_trial_types_load_without_torch_or_ray():
             "assert not loaded, loaded\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_control_plane_never_reaches_the_driver_or_the_training_code():
+    """The API and the control plane (submit, read, cancel, reconcile) import nothing of the driver
+    (service.driver) or of the code that trains, not even inside a function: work that needs torch
+    goes to the worker process by name (service.control.worker)."""
+    graph, reached, todo = import_graph(), set(), [m for m in modules() if m.startswith(("service.api", "service.control"))]
+    while todo:
+        name = todo.pop()
+        for imported in graph[name] - reached:
+            reached.add(imported)
+            todo.append(imported)
+    training = {"workers.activations", "workers.models", "workers.train", "workers.fused", "workers.footprint",
+                "workers.trainable", "service.reporting.figures"}
+    assert sorted(m for m in reached if m.startswith("service.driver") or m in training) == []
+
+
+@pytest.mark.parametrize("code", ["from service.api.main import create_app; create_app()",
+                                  "from service.cli import main; main(['--help'])"], ids=["api", "cli-help"])
+def test_the_api_and_the_cli_start_without_torch_ray_tune_or_matplotlib(code, tmp_path):
+    check = (f"import sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\n"
+             "loaded = [m for m in ('torch', 'ray.tune', 'matplotlib') if m in sys.modules]\n"
+             "assert not loaded, loaded\n")
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ACTSWEEP_HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 # MLflow's API, its filter strings, and the tag names of actsweep's runs

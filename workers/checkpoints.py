@@ -26,7 +26,7 @@ STATE_FILE = "state.pt"
 
 def state_path(config: dict) -> str | None:
     """Where this trial keeps its state: ``<checkpoint_root>/<trial id>/state.pt`` (Tune's trial
-    folder, service.orchestration.sweeps sets the root), or None outside a sweep."""
+    folder, service.driver.sweeps sets the root), or None outside a sweep."""
     root = config.get("checkpoint_root")
     return f"{root}/{tune.get_context().get_trial_id()}/{STATE_FILE}" if root else None
 

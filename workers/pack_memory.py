@@ -16,7 +16,7 @@ step of a small pack, on the CPU, counting the tensors that a step keeps alive o
 
 The step runs the same code on a CPU as on a GPU, so these counts are the device's; what the count
 leaves out (the CUDA context, the allocator's rounding, backward's transient gradients of one
-layer at a time) is the headroom that the budget keeps back (service.orchestration.pack_sizing).
+layer at a time) is the headroom that the budget keeps back (service.driver.pack_sizing).
 """
 from __future__ import annotations
 

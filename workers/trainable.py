@@ -1,11 +1,10 @@
 """The Ray Tune trainable: one grid point, trained by :func:`workers.train.train_epochs`."""
 from __future__ import annotations
 
-import re
 import resource
 from contextlib import contextmanager
-from pathlib import Path
 
+import psutil
 import ray
 import torch
 from ray import tune
@@ -34,7 +33,7 @@ def memory_limit(extra_bytes: int | None):
         yield
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    held = int(re.search(r"VmData:\s+(\d+) kB", Path("/proc/self/status").read_text())[1]) * 1024
+    held = psutil.Process().memory_info().data  # (VmData: what RLIMIT_DATA counts)
     limit = held + extra_bytes if hard == resource.RLIM_INFINITY else min(held + extra_bytes, hard)
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
     try:

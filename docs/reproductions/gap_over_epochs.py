@@ -55,7 +55,7 @@ def initial_errors(frames: pd.DataFrame) -> pd.DataFrame:
     import torch
 
     from search_spaces.catalog import load_spec
-    from service.orchestration.sweeps import load_splits
+    from service.driver.sweeps import load_splits
     from service.settings import Settings
     from workers.models import build_model
     from workers.train import evaluate

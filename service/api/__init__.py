@@ -1,1 +1,1 @@
-"""The REST service (FastAPI): one router per resource, thin routes over service.orchestration.submission."""
+"""The REST service (FastAPI): one router per resource, thin routes over service.control.submission."""

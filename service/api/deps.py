@@ -6,8 +6,8 @@ import hmac
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.orchestration.jobs import RayJobs
-from service.orchestration.records import SweepStore
+from service.control.jobs import RayJobs
+from service.records import SweepStore
 from service.settings import Settings
 
 bearer = HTTPBearer(auto_error=False)

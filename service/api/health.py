@@ -16,8 +16,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from service.api.schemas import Health
-from service.orchestration.jobs import RayJobs, ray_auth_headers
-from service.orchestration.local_head import dashboard_url_of
+from service.control.jobs import RayJobs, ray_auth_headers
+from service.control.local_head import dashboard_url_of
 from service.settings import Settings, mask_secrets
 
 CHECK_TIMEOUT_S = 2.0

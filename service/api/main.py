@@ -10,11 +10,12 @@ from sqlalchemy.exc import OperationalError
 
 from service.api.health import HealthProbe
 from service.api.routes import experiments, health, sweeps
-from service.orchestration.jobs import ClusterUnreachable, RayJobs
-from service.orchestration.reconciler import Reconciler
-from service.orchestration.records import SweepStore
-from service.orchestration.submission import SubmissionError
-from service.runs.store import RunStore, RunsUnavailable, fail_fast_over_http
+from service.control.jobs import ClusterUnreachable, RayJobs
+from service.control.reconciler import Reconciler
+from service.records import SweepStore
+from service.control.submission import SubmissionError
+from service.control.worker import WORKER
+from service.runs.store import RunStore, RunsUnavailable, configure_mlflow_client
 from service.settings import Settings, get_settings, mask_secrets
 
 logger = logging.getLogger("actsweep.api")
@@ -22,7 +23,7 @@ logger = logging.getLogger("actsweep.api")
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    fail_fast_over_http()  # an MLflow server that does not answer: a request fails in seconds (a 503)
+    configure_mlflow_client(settings.mlflow_http_retries, settings.mlflow_http_timeout_s)  # (a 503 in seconds)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -34,6 +35,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         reconciler = Reconciler(app.state.store, app.state.jobs, settings).start()
         yield
         reconciler.stop()
+        WORKER.close()  # the worker process, if a request started one
 
     app = FastAPI(title="actsweep", version="0.1.0", lifespan=lifespan,
                   description="Activation × lr × dropout × seed sweeps on Ray Tune, tracked in MLflow.")

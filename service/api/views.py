@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from service.api.schemas import Links, Progress, SweepDetail, SweepPublic, TrialPublic
-from service.orchestration.local_head import dashboard_url_of
-from service.orchestration.records import SweepRecord, TrialCounts
+from service.control.local_head import dashboard_url_of
+from service.records import SweepRecord, TrialCounts
 from service.runs.links import experiment_link, run_link
 from service.settings import Settings
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from service.local_servers import ApiServer, RayNode, free_port
-from service.orchestration.jobs import dashboard_answers, ensure_ray_token
+from service.control.jobs import dashboard_answers, ensure_ray_token
 
 SWEEP = {"experiment": "mnist_classification", "quick": True,
          "overrides": {"dataset": "digits", "val_size": 200, "epochs": 1, "model.depth": 2, "model.width": 32,

@@ -81,8 +81,8 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
 
     from search_spaces.schema import SweepSpec
     from service.local_servers import ApiServer
-    from service.orchestration.records import SweepRecord, SweepStore
-    from service.orchestration.sweeps import connect_ray, run_sweep
+    from service.records import SweepRecord, SweepStore
+    from service.driver.sweeps import connect_ray, run_sweep
     from service.reporting.figures import stored_figures
     from service.reporting.render import render
     from service.reporting.results import sweep_results

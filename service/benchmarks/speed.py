@@ -169,7 +169,7 @@ def _epoch_clock():
 def run_actsweep(overrides: dict, splits, home: Path, slots: int) -> dict:
     """One sweep of the workload; ``slots``: the Tune trials that run at once."""
     from search_spaces import load_spec
-    from service.orchestration.sweeps import connect_ray, run_sweep
+    from service.driver.sweeps import connect_ray, run_sweep
     from service.settings import Settings
 
     settings = Settings(home=home, num_cpus=os.cpu_count(), dashboard=False, download=False)

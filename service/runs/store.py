@@ -31,8 +31,6 @@ from service.patience import cannot_write, is_outage, patiently
 from service.settings import mask_secrets
 from workers.trial import GridPoint
 
-os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per spec.json read clutters logs
-
 # -- tag names ----------------------------------------------------------------------------------------
 SWEEP_ID, EXPERIMENT, ROLE, PHASE, TRIAL_ID = "sweep_id", "experiment", "role", "phase", "trial_id"
 TRIAL_KEY, TRIAL_SIGNATURE, REUSED_FROM, DIVERGED = "trial_key", "trial_signature", "reused_from", "diverged"
@@ -49,14 +47,15 @@ HISTORY_COLUMNS = ["run_id", "activation", "dropout", "lr", "seed", "phase", "me
 SAFE_ID = re.compile(r"[A-Za-z0-9_/-]{1,100}")  # ids that go into a filter string
 
 
-def fail_fast_over_http(retries: int = 1) -> None:
-    """An MLflow server that does not answer fails a call in seconds (``retries`` retries 1 s, 2 s ...
-    apart, a 10 s timeout), not after minutes of the client's own retries: the API answers 503, the
-    CLI's reads exit 3, and a driver's trial logger keeps what it could not send and retries itself
-    without holding up the Tune loop. Settings the user gave win."""
-    for variable, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(retries)),
-                            ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"), ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")):
-        os.environ.setdefault(variable, value)
+def configure_mlflow_client(retries: int, timeout_s: float) -> None:
+    """MLflow's HTTP client, set from Settings (ACTSWEEP_MLFLOW_HTTP_RETRIES, ACTSWEEP_MLFLOW_HTTP_TIMEOUT_S):
+    a server that does not answer fails a call in seconds (``retries`` retries 1 s, 2 s ... apart,
+    each request ``timeout_s`` at most), not after minutes of the client's own retries. The API
+    answers 503, the CLI's reads exit 3, and a driver's trial logger keeps what it could not send and
+    retries itself without holding up the Tune loop. No progress bar per artifact read. (MLflow reads
+    these from the process environment at each call; it takes them no other way.)"""
+    os.environ.update({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries), "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                       "MLFLOW_HTTP_REQUEST_TIMEOUT": f"{timeout_s:g}", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
 
 
 class SweepNotFound(LookupError):

@@ -7,7 +7,7 @@ from mlflow.tracking import MlflowClient
 
 from search_spaces import catalog
 from service.cli import main
-from tests.conftest import REPO, actsweep_command
+from tests.conftest import REPO, actsweep_command, new_home
 
 # 3 activations (one stochastic) × 2 lrs × 2 seeds on scikit-learn's real digits, 2 epochs each.
 E2E_SET = ["dataset=digits", "val_size=200", "epochs=2", "batch_size=64", "model.depth=3", "model.width=32",
@@ -23,7 +23,7 @@ def e2e(tmp_path_factory):
     import os
 
     home = tmp_path_factory.mktemp("e2e")
-    env = {**os.environ, "ACTSWEEP_HOME": str(home), "ACTSWEEP_NUM_CPUS": "2", "ACTSWEEP_DASHBOARD": "false"}
+    env = {**os.environ, "ACTSWEEP_HOME": str(new_home(home)), "ACTSWEEP_NUM_CPUS": "2", "ACTSWEEP_DASHBOARD": "false"}
     args = ["run", "mnist_classification", "--quick", "--json"] + [a for s in E2E_SET for a in ("--set", s)]
     done = _run(env, *args)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -191,7 +191,7 @@ def test_until_decided_stops_a_clear_claim_early_and_a_null_one_at_the_budget(tm
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(UNTIL_DECIDED_SPEC)
-    env = {**os.environ, "ACTSWEEP_HOME": str(tmp_path / "home"), "ACTSWEEP_NUM_CPUS": "2", "ACTSWEEP_DASHBOARD": "false"}
+    env = {**os.environ, "ACTSWEEP_HOME": str(new_home(tmp_path / "home")), "ACTSWEEP_NUM_CPUS": "2", "ACTSWEEP_DASHBOARD": "false"}
     done = _run(env, "run", str(spec), "--until-decided", "--max-seeds", "5", "--seeds-per-round", "1", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     seeds = {r["activation"]: r["n_seeds"] for r in json.loads(done.stdout.strip().splitlines()[-1])["results"]}

@@ -9,14 +9,13 @@ from fastapi.responses import HTMLResponse, PlainTextResponse
 from service.api.deps import get_jobs, get_settings, get_store, require_token
 from service.api.schemas import SweepCreate, SweepDetail, SweepPage, SweepPublic, TrialPage, TrialPublic
 from service.api.views import to_detail, to_public
-from service.orchestration.jobs import RayJobs
-from service.orchestration.records import SWEEP_STATES, TRIAL_STATES, SweepStore
-from service.orchestration.submission import SubmissionError, cancel_sweep, get_sweep, submit_sweep
-from service.reporting.figures import stored_figures
+from service.control.jobs import RayJobs
+from service.records import SWEEP_STATES, TRIAL_STATES, SweepStore
+from service.control.submission import SubmissionError, cancel_sweep, get_sweep, submit_sweep, sweep_figures
 from service.reporting.render import render
 from service.reporting.report import to_json
 from service.reporting.results import sweep_results
-from service.runs.store import RunStore, SweepNotFound
+from service.runs.store import SweepNotFound
 from service.settings import Settings
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"], dependencies=[Depends(require_token)])
@@ -89,7 +88,7 @@ def read_results(sweep_id: str, format: Literal["json", "md", "csv"] = "json",
 def read_report(sweep_id: str, store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
     """The sweep's HTML report: tables, figures, spec, code version, hardware, MLflow links."""
     results = _results(store, settings, sweep_id)
-    figures = stored_figures(results, RunStore(settings.resolved_tracking_uri))
+    figures = sweep_figures(settings, results)
     return HTMLResponse(render(results, "html", figures, settings.resolved_mlflow_ui_url))
 
 
@@ -98,7 +97,7 @@ def read_report(sweep_id: str, store: SweepStore = Depends(get_store), settings:
 def read_figure(sweep_id: str, name: str = Path(pattern=r"^[a-z0-9_]{1,64}$"), store: SweepStore = Depends(get_store),
                 settings: Settings = Depends(get_settings)):
     """One figure of the sweep (``curves_<metric>``, ``robustness``, ``unit_activation``) as PNG."""
-    figures = stored_figures(_results(store, settings, sweep_id), RunStore(settings.resolved_tracking_uri))
+    figures = sweep_figures(settings, _results(store, settings, sweep_id))
     if f"{name}.png" not in figures:
         raise SubmissionError(404, f"name: sweep {sweep_id} has no figure {name!r}; it has: "
                                    f"{', '.join(sorted(n.removesuffix('.png') for n in figures)) or 'none yet'}")

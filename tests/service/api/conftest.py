@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from service.local_servers import ApiServer, RayNode, free_port
-from service.orchestration.jobs import dashboard_answers, ensure_ray_token
+from tests.conftest import new_home
+from service.control.jobs import dashboard_answers, ensure_ray_token
 
 # A sweep that takes seconds: real digits, a small MLP, 2 activations × 2 seeds.
 TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
@@ -35,7 +36,7 @@ def ray_head():
 
 
 def api_env(tmp_path: Path, ray_head: dict, **extra: str) -> dict[str, str]:
-    return {**os.environ, "ACTSWEEP_HOME": str(tmp_path / "home"), "ACTSWEEP_DOWNLOAD": "false",
+    return {**os.environ, "ACTSWEEP_HOME": str(new_home(tmp_path / "home")), "ACTSWEEP_DOWNLOAD": "false",
             "ACTSWEEP_RAY_DASHBOARD_URL": ray_head["dashboard_url"], "ACTSWEEP_RAY_ADDRESS": ray_head["address"],
             "ACTSWEEP_START_LOCAL_RAY": "false", **extra}
 

@@ -3,7 +3,7 @@ driver as a job named after the sweep. The screenshot in docs/observing.md is th
 takes (ACTSWEEP_UPDATE_SCREENSHOTS=1 writes it there)."""
 from __future__ import annotations
 
-from service.orchestration.jobs import ray_auth_headers
+from service.control.jobs import ray_auth_headers
 from tests.browser import HeaderProxy, keep_screenshot, load_in_chromium
 from tests.service.api.conftest import TINY, finished, wait_for
 
@@ -22,5 +22,5 @@ def test_the_ray_dashboard_lists_each_sweeps_driver_as_a_job_named_after_it(serv
         proxy.close()
     assert f"actsweep-{sweep['id']}" in dom, "the sweep's job is not on the dashboard's Jobs page"
     assert f"actsweep mnist_classification {sweep['id']}" in dom  # the Name column: the job_name in its metadata
-    assert f"service.orchestration.driver {sweep['id']}" in dom  # its entrypoint: the sweep's driver
+    assert f"service.driver {sweep['id']}" in dom  # its entrypoint: the sweep's driver
     keep_screenshot(screenshot, "ray_jobs.png")

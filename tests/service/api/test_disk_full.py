@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from service.local_servers import ApiServer
-from service.orchestration.records import SweepStore
+from service.records import SweepStore
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
 

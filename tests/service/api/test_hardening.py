@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from service.local_servers import ApiServer, free_port, sigkill_where
-from service.orchestration.jobs import ray_auth_headers
-from service.orchestration.records import SweepRecord, SweepStore
+from service.control.jobs import ray_auth_headers
+from service.records import SweepRecord, SweepStore
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -213,7 +213,7 @@ def test_dependencies_down_are_503s_without_credentials(ray_head, tmp_path):
                 before = mlflow.connections
                 answer = client.request(method, path)
                 assert answer.status_code == 503 and "MLflow store" in answer.text, (path, answer.text)
-                # the first MLflow call that fails ends the request: 1 try + 1 retry (fail_fast_over_http)
+                # the first MLflow call that fails ends the request: 1 try + 1 retry (ACTSWEEP_MLFLOW_HTTP_RETRIES)
                 assert 1 <= mlflow.connections - before <= 2, (path, mlflow.connections - before)
             assert client.get("/sweeps/kept1").json()["state"] == "cancelled"  # the cancel itself was kept
             for answer in (health, client.get("/sweeps/kept1/results")):

@@ -14,13 +14,14 @@ import httpx
 import pytest
 
 from service.local_servers import ApiServer, free_port
-from service.orchestration.jobs import dashboard_status
-from service.orchestration.local_head import LocalHead
+from service.control.jobs import dashboard_status
+from service.control.local_head import LocalHead
+from tests.conftest import new_home
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
 
 def _own_head_env(tmp_path: Path, name: str) -> dict[str, str]:
-    env = {**os.environ, "ACTSWEEP_HOME": str(tmp_path / name), "ACTSWEEP_DOWNLOAD": "false",
+    env = {**os.environ, "ACTSWEEP_HOME": str(new_home(tmp_path / name)), "ACTSWEEP_DOWNLOAD": "false",
            "ACTSWEEP_NUM_CPUS": "2"}
     for variable in ("ACTSWEEP_RAY_DASHBOARD_URL", "ACTSWEEP_RAY_ADDRESS", "ACTSWEEP_START_LOCAL_RAY",
                      "ACTSWEEP_RAY_TEMP_DIR"):

@@ -9,7 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from service.local_servers import ApiServer, MlflowServer, PostgresServer
-from service.orchestration.records import SweepStore
+from service.records import SweepStore
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
 OUTAGE_S = 30

@@ -13,8 +13,8 @@ from mlflow.tracking import MlflowClient
 from search_spaces import load_spec
 from search_spaces.catalog import experiment_names
 from service.local_servers import ApiServer, sigkill_where
-from service.orchestration.jobs import RayJobs
-from service.orchestration.records import TERMINAL_STATES, SweepStore
+from service.control.jobs import RayJobs
+from service.records import TERMINAL_STATES, SweepStore
 from service.settings import Settings
 from tests.browser import load_in_chromium
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
@@ -281,7 +281,7 @@ def test_experiments_lists_the_catalog(server):
 
 def _kill_driver(sweep_id: str) -> None:
     """SIGKILL the sweep's driver process (the Ray job's entrypoint), as if its machine failed."""
-    assert sigkill_where(lambda _, args: b"service.orchestration.driver" in args and sweep_id.encode() in args), \
+    assert sigkill_where(lambda _, args: b"service.driver" in args and sweep_id.encode() in args), \
         f"no driver process for sweep {sweep_id}"
 
 

@@ -5,7 +5,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
-from service.orchestration.sweeps import run_sweep
+from service.driver.sweeps import run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
 from workers.trial import GridPoint, trial_key

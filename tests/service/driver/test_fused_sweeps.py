@@ -7,8 +7,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from search_spaces import SpecError, load_spec, packs
-from service.orchestration.pack_sizing import PackMemoryError
-from service.orchestration.sweeps import load_splits, run_sweep
+from service.driver.pack_sizing import PackMemoryError
+from service.driver.sweeps import load_splits, run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
 from workers.pack_memory import measure_footprint

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from service.orchestration.progress import LiveProgress
+from service.driver.progress import LiveProgress
 
 
 @pytest.mark.parametrize("task, last, shown, hidden", [

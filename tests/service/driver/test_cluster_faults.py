@@ -16,8 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
 from service.local_servers import RayNode, free_port
-from service.orchestration.jobs import ensure_ray_token
-from service.orchestration.sweeps import run_sweep
+from service.control.jobs import ensure_ray_token
+from service.driver.sweeps import run_sweep
 from service.settings import Settings
 from workers.checkpoints import STATE_FILE
 

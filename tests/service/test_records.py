@@ -12,7 +12,7 @@ import pytest
 
 from sqlalchemy.exc import InvalidRequestError
 
-from service.orchestration.records import DuplicateIdempotencyKey, SweepRecord, SweepStore, TrialCounts
+from service.records import DuplicateIdempotencyKey, SweepRecord, SweepStore, TrialCounts
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -129,6 +129,55 @@ def test_a_database_from_before_gets_the_new_columns(tmp_path):
     store = SweepStore(url)
     assert store.get("old1").state == "succeeded" and store.get("old1").request_hash is None
     assert store.create(_record("k"), POINTS).request_hash is None
+
+
+# the sweep database as the code before schema migrations (de90335) made it: create_all's tables
+PREVIOUS_CODE_SCHEMA = """
+CREATE TABLE sweeps (id VARCHAR(32) NOT NULL, name VARCHAR(200), experiment VARCHAR(100) NOT NULL,
+    quick BOOLEAN NOT NULL, overrides JSON NOT NULL, spec JSON NOT NULL, state VARCHAR(16) NOT NULL,
+    trials_total INTEGER NOT NULL, epochs INTEGER NOT NULL, idempotency_key VARCHAR(200), request_hash VARCHAR(64),
+    cancel_requested BOOLEAN NOT NULL, error TEXT, ray_job_id VARCHAR(100), mlflow_experiment_id VARCHAR(64),
+    mlflow_parent_run_id VARCHAR(64), sequential JSON, runs_ended BOOLEAN, created_at DATETIME NOT NULL,
+    started_at DATETIME, finished_at DATETIME, PRIMARY KEY (id), UNIQUE (idempotency_key));
+CREATE INDEX ix_sweeps_state ON sweeps (state);
+CREATE TABLE leases (name VARCHAR(64) NOT NULL, owner VARCHAR(64) NOT NULL, expires_at DATETIME NOT NULL,
+    PRIMARY KEY (name));
+CREATE TABLE trials (sweep_id VARCHAR(32) NOT NULL, position INTEGER NOT NULL, activation VARCHAR(32) NOT NULL,
+    lr FLOAT NOT NULL, dropout FLOAT NOT NULL, seed INTEGER NOT NULL, state VARCHAR(16) NOT NULL,
+    epoch INTEGER NOT NULL, metrics JSON NOT NULL, mlflow_run_id VARCHAR(64), updated_at DATETIME NOT NULL,
+    PRIMARY KEY (sweep_id, position), FOREIGN KEY(sweep_id) REFERENCES sweeps (id) ON DELETE CASCADE);
+INSERT INTO sweeps VALUES ('old2', NULL, 'x', 0, '{}', '{}', 'running', 1, 3, 'key-1', 'abc', 0, NULL, 'job-1',
+    '1', 'run-1', NULL, 0, '2026-11-01 10:00:00', NULL, NULL);
+INSERT INTO trials VALUES ('old2', 0, 'gelu', 0.1, 0.0, 0, 'running', 2, '{}', 'mlrun', '2026-11-01 10:00:00');
+"""
+
+
+def test_a_database_made_by_the_previous_code_is_upgraded_and_keeps_its_records(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "previous.db"
+    with sqlite3.connect(path) as connection:
+        connection.executescript(PREVIOUS_CODE_SCHEMA)
+    store = SweepStore(f"sqlite:///{path}")
+    record = store.get("old2")
+    assert (record.state, record.idempotency_key, record.ray_job_id) == ("running", "key-1", "job-1")
+    assert [(t.activation, t.epoch, t.mlflow_run_id) for t in record.trials] == [("gelu", 2, "mlrun")]
+    assert store.update_trial("old2", 0, state="succeeded", epoch=3)
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001",)]
+
+
+def test_the_migrated_schema_is_the_one_the_code_declares(store):
+    """Alembic's revisions and the tables in service/records.py agree: nothing left to migrate."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from service.records import Base
+
+    store.ping()  # (the first use migrates)
+    with store.engine.connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert differences == []
 
 
 def test_concurrent_first_requests_make_the_schema_once(tmp_path):

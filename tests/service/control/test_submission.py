@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from service.local_servers import free_port
-from service.orchestration.jobs import ClusterUnreachable, RayJobs
-from service.orchestration.records import SweepRecord, SweepStore
-from service.orchestration.reconciler import reconcile
+from service.control.jobs import ClusterUnreachable, RayJobs
+from service.records import SweepRecord, SweepStore
+from service.control.reconciler import reconcile
 from service.settings import Settings
 
 POINTS = [{"activation": "gelu", "dropout": 0.0, "lr": 0.1, "seed": 0}]

@@ -19,8 +19,8 @@ import logging
 import threading
 import uuid
 
-from service.orchestration.jobs import TERMINAL_JOB_STATES, ClusterUnreachable, RayJobs, job_id_for, restart_count
-from service.orchestration.records import TERMINAL_STATES, SweepRecord, SweepStore, utcnow
+from service.control.jobs import TERMINAL_JOB_STATES, ClusterUnreachable, RayJobs, job_id_for, restart_count
+from service.records import TERMINAL_STATES, SweepRecord, SweepStore, utcnow
 from service.runs.store import RunStore, RunsUnavailable
 from service.settings import Settings
 
@@ -33,7 +33,7 @@ def reconcile(store: SweepStore, jobs: RayJobs, record: SweepRecord, settings: S
     """The record, corrected where its driver ended without saying so (killed, lost).
 
     With ``settings``, a running sweep whose driver died is continued by a new driver
-    (service.orchestration.driver restores its Tune experiments), up to ``settings.driver_restarts``
+    (service.driver restores its Tune experiments), up to ``settings.driver_restarts``
     times; after that, or without ``settings`` (a sweep being cancelled), it is failed."""
     if record.state in TERMINAL_STATES or not record.ray_job_id:
         return record

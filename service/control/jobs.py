@@ -6,14 +6,15 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (Retrying, retry_if_exception, retry_if_exception_type, stop_after_attempt, stop_after_delay,
+                      wait_exponential, wait_fixed)
 
-from service.orchestration.local_head import (HEAD_START_S, LocalHead, dashboard_url_of, head_lock, recorded_head,
+from service.control.local_head import (HEAD_START_S, LocalHead, dashboard_url_of, head_lock, recorded_head,
                                               start_head, stop_head, wait_for_dashboard)
+from service.patience import poll
 from service.settings import Settings, mask_secrets, write_secret
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -65,9 +66,6 @@ def ensure_ray_token() -> None:
         subprocess.run([ray_cli(), "get-auth-token", "--generate"], check=True, capture_output=True, timeout=120)
 
 
-# never passed to a driver's Ray job (its environment shows in Ray's job metadata)
-SECRET_VARIABLES = frozenset({"ACTSWEEP_API_TOKEN", "ACTSWEEP_TRACKING_URI", "ACTSWEEP_DATABASE_URL",
-                              "ACTSWEEP_CACHE_SECRET"})
 AGENT_WAIT_S = 60  # how long a submission waits for a just-started head's job agent
 STATUS_TRIES = 4  # a job's status is asked this often (0.25, 0.5, 1 s apart) before the cluster counts as away
 
@@ -118,18 +116,14 @@ class RayJobs:
             head = recorded_head(self.settings)
             if head is not None and head.processes():  # (a dead head's port may have gone to another Ray)
                 url = head.dashboard_url
-        deadline = time.monotonic() + (wait_s if self._joins_a_cluster() else 0.0)
-        while url is not None:
-            status = dashboard_status(url)
+        if url is not None:  # (one that answers at all answers at once: 200, or a refusal)
+            status = poll(lambda: dashboard_status(url), wait_s if self._joins_a_cluster() else 0.0)
             if status == 200:
                 return url
             if status is not None:
                 raise ClusterUnreachable(f"the Ray head at {url} refuses this machine's token (HTTP {status}): it is "
                                          f"another's; set RAY_AUTH_TOKEN to its token, or point "
                                          f"ACTSWEEP_RAY_DASHBOARD_URL elsewhere")
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(1.0)
         if self._joins_a_cluster():
             raise ClusterUnreachable(f"no Ray dashboard answers at {url or 'ACTSWEEP_RAY_DASHBOARD_URL (unset)'}"
                                      + (f" after {wait_s:g} s" if wait_s else ""))
@@ -152,7 +146,7 @@ class RayJobs:
         (and the restart's number, for a driver that replaces a dead one)."""
         settings = self.settings
         self.ensure_cluster()  # reattach, or start the local head again (ClusterUnreachable if neither)
-        env = {k: v for k, v in os.environ.items() if k.startswith("ACTSWEEP_") and k not in SECRET_VARIABLES}
+        env = settings.environment()  # (these settings, passed explicitly: not this process's environment)
         env.update({  # resolved here so the driver writes where this API reads
             "ACTSWEEP_HOME": str(settings.root),
             "ACTSWEEP_DATA_DIR": str(settings.resolved_data_dir),
@@ -166,20 +160,17 @@ class RayJobs:
                 env[f"ACTSWEEP_{name.upper()}_FILE"] = str(write_secret(settings.root / "secrets" / name, value))
             else:
                 env[f"ACTSWEEP_{name.upper()}"] = value
-        entrypoint = f"{shlex.quote(sys.executable)} -m service.orchestration.driver {shlex.quote(sweep_id)}"
-        deadline = time.monotonic() + AGENT_WAIT_S
-        while True:
-            try:
+        entrypoint = f"{shlex.quote(sys.executable)} -m service.driver {shlex.quote(sweep_id)}"
+        # A Ray head that has just started answers before its job agent is up: asked again for a while.
+        no_agent_yet = retry_if_exception(lambda exc: isinstance(exc, RuntimeError) and "No available agent" in str(exc))
+        for attempt in Retrying(stop=stop_after_delay(AGENT_WAIT_S), wait=wait_fixed(1.0), retry=no_agent_yet,
+                                reraise=True):
+            with attempt:
                 return self.client.submit_job(entrypoint=entrypoint, submission_id=job_id_for(sweep_id, restart),
                                               runtime_env={"env_vars": env},
                                               # job_name: the name Ray's dashboard lists the job by
                                               metadata={"job_name": " ".join(filter(None, ("actsweep", experiment, sweep_id))),
                                                         "sweep_id": sweep_id, "experiment": experiment})
-            except RuntimeError as exc:
-                # A Ray head that has just started answers before its job agent is up.
-                if "No available agent" not in str(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
 
     def node_resources(self) -> list[dict[str, float]]:
         """Each alive node's Ray resources (CPU, GPU, ...), from the dashboard's state API."""
@@ -220,6 +211,8 @@ class RayJobs:
             raise ClusterUnreachable(f"the Ray cluster at {self.dashboard_url} did not answer") from None
 
     def _info_once(self, job_id: str) -> dict | None:
+        # (Ray's job API over HTTP with a 5 s timeout: JobSubmissionClient.get_job_info sends its request
+        # with none, and a head that accepts connections but hangs would hang the API's reconciler)
         try:
             answer = httpx.get(f"{self.dashboard_url}/api/jobs/{job_id}", headers=ray_auth_headers(), timeout=5.0)
             if answer.status_code == 404:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from service.orchestration.records import SweepStore, _database_away
+from service.records import SweepStore, _database_away
 from service.patience import Outbox
 from service.runs.logger import PicklableCallback, member_trial_id
 from service.runs.store import RunStore

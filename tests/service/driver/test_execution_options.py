@@ -9,7 +9,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
-from service.orchestration.sweeps import concurrent_slots, run_sweep
+from service.driver.sweeps import concurrent_slots, run_sweep
 from service.reporting.render import render
 from service.reporting.results import sweep_results
 from service.settings import Settings

@@ -1,8 +1,8 @@
-"""The driver of one submitted sweep, run as a Ray job: ``python -m service.orchestration.driver SWEEP_ID``.
+"""The driver of one submitted sweep, run as a Ray job: ``python -m service.driver SWEEP_ID``.
 
-It reads the sweep record, runs the sweep (service.orchestration.sweeps.run_sweep), and writes the sweep's
+It reads the sweep record, runs the sweep (service.driver.sweeps.run_sweep), and writes the sweep's
 and every trial's state back to the record as it goes. Started for a sweep whose record says
-``running``, it replaces a driver that died (service.orchestration.reconciler starts it): the sweep
+``running``, it replaces a driver that died (service.control.reconciler starts it): the sweep
 continues from Tune's experiment state and its MLflow runs, and finished trials are not rerun.
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ import signal
 import sys
 
 from search_spaces import SweepSpec
-from service.orchestration.records import TERMINAL_STATES, SweepStore, utcnow
-from service.orchestration.sweeps import failure_reason, run_sweep
-from service.orchestration.trial_states import TrialStateRecorder
+from service.records import TERMINAL_STATES, SweepStore, utcnow
+from service.driver.sweeps import failure_reason, run_sweep
+from service.driver.trial_states import TrialStateRecorder
 from service.runs.store import RunStore
 from service.settings import get_settings
 from workers.trial import GridPoint

@@ -3,9 +3,9 @@ device, and the largest pack whose measured footprint (workers.pack_memory) fits
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import replace
 
+import psutil
 import ray
 
 from search_spaces import SweepSpec
@@ -37,11 +37,7 @@ def pack_memory_budget(spec: SweepSpec, slots: int) -> int:
 
 
 def _available_memory() -> int:
-    try:  # Linux: what the kernel can give without swapping
-        meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
-        return int(meminfo["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError):
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    return psutil.virtual_memory().available  # (Linux: MemAvailable, what the kernel can give without swapping)
 
 
 @ray.remote(num_cpus=0)

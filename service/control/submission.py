@@ -4,17 +4,18 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import threading
-import time
 from typing import Any, Protocol
 
 import psutil
 
 from search_spaces import SpecError, SweepSpec, load_catalog_spec, parse_spec_text, spec_from_mapping
-from service.orchestration.jobs import TERMINAL_JOB_STATES, ClusterUnreachable, RayJobs
-from service.orchestration.reconciler import reconcile
-from service.orchestration.records import TERMINAL_STATES, DuplicateIdempotencyKey, SweepRecord, SweepStore, utcnow
-from service.orchestration.sweeps import new_sweep_id
+from service.control.jobs import TERMINAL_JOB_STATES, ClusterUnreachable, RayJobs
+from service.control.reconciler import reconcile
+from service.control.worker import WORKER, WorkerDied
+from service.records import (TERMINAL_STATES, DuplicateIdempotencyKey, SweepRecord, SweepStore, new_sweep_id,
+                             utcnow)
+from service.reporting.aggregate import SweepResults
+from service.patience import poll
 from service.runs.store import RunStore
 from service.settings import Settings, mask_secrets
 
@@ -29,9 +30,6 @@ class SweepRequest(Protocol):
     name: str | None
     rerun: bool
     until_decided: Any  # None, or an object with max_seeds and seeds_per_round
-
-
-_TORCH_CHECKS = threading.Lock()
 
 
 class SubmissionError(Exception):
@@ -83,20 +81,6 @@ def check_confined(spec: SweepSpec, settings: Settings, inline: bool) -> None:
                              "a file inside the data directory (ACTSWEEP_DATA_DIR, or one of ACTSWEEP_DATA_ROOTS)")
 
 
-def check_activations(spec: SweepSpec, inline: bool) -> None:
-    """Each activation's f and f′ finite on a probe tensor (workers.activations.probe): a broken
-    expression or plugin is a 422 now, not a failure in every trial."""
-    from workers.activation_defs import ActivationError
-    from workers.activations import probe
-
-    for name in spec.activation:
-        try:
-            probe(spec.activation_def(name))
-        except ActivationError as exc:
-            raise _unprocessable(["body", "spec" if inline else "overrides", "activation"],
-                                 str(exc).removeprefix("activation: ")) from None
-
-
 def cluster_nodes(jobs: RayJobs) -> list[dict[str, float]] | None:
     """Each alive node's resources, asked once per submission; None where the cluster is away (the
     submission itself will say so)."""
@@ -118,14 +102,17 @@ def check_schedulable(spec: SweepSpec, nodes: list[dict[str, float]] | None) -> 
                                  f"at most {largest:g}: the largest node of the cluster has {largest:g} {resource}")
 
 
-def check_footprint(spec: SweepSpec, nodes: list[dict[str, float]] | None, settings: Settings, inline: bool) -> None:
-    """A trial too large for the largest node's memory (this machine's, where the cluster is away),
-    or a sweep over ACTSWEEP_MAX_SWEEP_PFLOP, is refused now, from an estimate made on the meta
-    device (workers.footprint): nothing is allocated."""
-    from workers.footprint import unaffordable
-
+def check_runnable(spec: SweepSpec, nodes: list[dict[str, float]] | None, settings: Settings, inline: bool) -> None:
+    """A broken activation expression or plugin (f or f′ not finite on a probe tensor), a trial too
+    large for the largest node's memory (this machine's, where the cluster is away), or a sweep over
+    ACTSWEEP_MAX_SWEEP_PFLOP is refused now, not found in every trial. Decided by workers.admission in
+    the worker process (torch, the meta device: nothing is allocated), not in this one."""
     memory = max((node.get("memory", 0.0) for node in nodes or []), default=0.0)
-    refused = unaffordable(spec, memory or psutil.virtual_memory().total, settings.max_sweep_pflop * 1e15)
+    try:
+        refused = WORKER.call("workers.admission", "refusal", spec, memory or psutil.virtual_memory().total,
+                              settings.max_sweep_pflop * 1e15)
+    except WorkerDied as exc:
+        raise SubmissionError(503, f"{exc}; submit again") from None
     if refused is not None:
         field, reason = refused
         raise _unprocessable(["body", "spec" if inline else "overrides", field], reason)
@@ -176,11 +163,9 @@ def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: Swe
     check_confined(spec, settings, body.spec is not None)
     nodes = cluster_nodes(jobs)
     check_schedulable(spec, nodes)
-    # one request at a time through autograd: concurrent probes and meta steps (request threads) broke
-    # each other's backward passes ("currently running autograd.grad()"), seen under 50 concurrent POSTs
-    with _TORCH_CHECKS:
-        check_activations(spec, body.spec is not None)
-        check_footprint(spec, nodes, settings, body.spec is not None)
+    # one request at a time (the worker's calls go in turn): concurrent probes and meta steps in request
+    # threads broke each other's backward passes ("currently running autograd.grad()") under 50 POSTs
+    check_runnable(spec, nodes, settings, body.spec is not None)
     record = SweepRecord(id=new_sweep_id(), name=body.name, experiment=spec.name, quick=body.quick,
                          overrides=body.overrides, spec=spec.model_dump(mode="json"), state="queued",
                          trials_total=spec.trial_count, epochs=spec.epochs, idempotency_key=idempotency_key,
@@ -212,18 +197,30 @@ def cancel_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, sweep_id:
             if jobs.status(record.ray_job_id) not in TERMINAL_JOB_STATES | {None}:
                 raise SubmissionError(503, f"the Ray cluster did not stop the sweep's driver "
                                            f"({record.ray_job_id}): {exc}".splitlines()[0]) from exc
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            try:
-                if jobs.status(record.ray_job_id) in TERMINAL_JOB_STATES | {None}:
-                    break
-            except ClusterUnreachable:
-                break
-            time.sleep(0.5)
+        poll(lambda: _driver_gone(jobs, record.ray_job_id), wait_s, every_s=0.5)
     if store.get(sweep_id).state not in TERMINAL_STATES:
         store.finish(sweep_id, "cancelled")
     RunStore(settings.resolved_tracking_uri).end_open_runs(sweep_id, "KILLED")
     return store.update(sweep_id, runs_ended=True)
+
+
+def sweep_figures(settings: Settings, results: SweepResults) -> dict[str, bytes]:
+    """The sweep's figures (PNG by file name): those its driver logged with the parent run at the end,
+    or for a sweep still running, drawn now from its runs so far by the worker process."""
+    logged = RunStore(settings.resolved_tracking_uri).figures(results.parent_run_id)
+    if logged:
+        return logged
+    try:
+        return WORKER.call("service.reporting.figures", "render_figures", results)
+    except WorkerDied as exc:
+        raise SubmissionError(503, f"{exc}; ask again") from None
+
+
+def _driver_gone(jobs: RayJobs, job_id: str) -> bool:
+    try:
+        return jobs.status(job_id) in TERMINAL_JOB_STATES | {None}
+    except ClusterUnreachable:
+        return True  # (nothing to wait for: the record says cancelled either way)
 
 
 def get_sweep(store: SweepStore, sweep_id: str, with_trials: bool = True) -> SweepRecord:

@@ -5,7 +5,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
-from service.orchestration.sweeps import run_sweep
+from service.driver.sweeps import run_sweep
 from service.settings import Settings
 from tests.conftest import ensure_local_ray
 
@@ -35,7 +35,7 @@ def test_a_sweep_whose_trials_fail_leaves_no_run_running(settings):
 
 
 def test_a_figure_that_cannot_be_drawn_fails_nothing(settings, monkeypatch):
-    from service.orchestration import sweeps
+    from service.driver import sweeps
 
     def broken(results):  # injected fault: matplotlib gives up
         raise RuntimeError("no figures today")

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
 from search_spaces.catalog import experiment_names
-from service.orchestration.sweeps import run_sweep
+from service.driver.sweeps import run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
 from tests.conftest import SHARED_TWPOS, ensure_local_ray, make_cifar, make_imagenet, make_timit, require_twpos

@@ -7,19 +7,30 @@ outlives both processes and a restarted API reads the truth.
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import functools
 import threading
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from alembic import command
+from alembic.config import Config
 from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, case, create_engine, event,
                         func, select)
-from sqlalchemy import inspect, text
+from sqlalchemy import text
 from sqlalchemy import update as sql_update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload, sessionmaker
 
 from service.patience import is_outage, patiently
+
+def new_sweep_id() -> str:
+    """A new sweep's id: 12 hex digits."""
+    return uuid.uuid4().hex[:12]
+
 
 SWEEP_STATES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")
 # interrupted: its Ray head was stopped under it (actsweep stop --force); what it logged is kept
@@ -157,8 +168,7 @@ class SweepStore:
         if not self._schema_ready:  # on first use, not at start: a service starts while its database is away
             with self._schema_lock:  # once: concurrent first requests racing to CREATE TABLE got "already exists"
                 if not self._schema_ready:
-                    Base.metadata.create_all(self.engine)
-                    _add_missing_columns(self.engine)
+                    upgrade_schema(self.engine)
                     self._schema_ready = True
         return self._session()
 
@@ -342,14 +352,35 @@ class SweepStore:
         return bool(moved)
 
 
-def _add_missing_columns(engine) -> None:
-    """Columns added since a database was made (create_all makes tables, never columns)."""
-    known = {column["name"] for column in inspect(engine).get_columns("sweeps")}
-    with engine.begin() as connection:
-        for column in SweepRecord.__table__.columns:
-            if column.name not in known:
-                connection.execute(text(f"ALTER TABLE sweeps ADD COLUMN {column.name} "
-                                        f"{column.type.compile(dialect=engine.dialect)}"))
+MIGRATIONS = Path(__file__).resolve().parent / "records_migrations"
+
+
+def upgrade_schema(engine) -> None:
+    """The database brought to the schema this code declares, by its Alembic revisions
+    (service/records_migrations/): every table for a new database, what it lacks for an old one.
+    One process at a time: API replicas and drivers may open a new database together."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with _migration_lock(engine), engine.begin() as connection:
+        if engine.dialect.name == "postgresql":  # (DDL is transactional there: the lock is the transaction's)
+            connection.execute(text("SELECT pg_advisory_xact_lock(7271001)"))
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+@contextmanager
+def _migration_lock(engine):
+    """An SQLite file's migrations, one process at a time (a lock file beside it)."""
+    database = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not database or database == ":memory:":
+        yield
+        return
+    with open(f"{database}.migrate.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _sqlite_pragmas(connection, _record):

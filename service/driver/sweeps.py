@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -18,9 +17,10 @@ from ray import tune
 
 from search_spaces import LrSearch, SweepSpec, packs
 from service.lock import environment_lock
-from service.orchestration.pack_sizing import auto_pack_size
-from service.orchestration.provenance import code_version, hardware
+from service.driver.pack_sizing import auto_pack_size
+from service.driver.provenance import code_version, hardware
 from service.patience import cannot_write
+from service.records import new_sweep_id
 from service.reporting.aggregate import FINAL_METRICS
 from service.reporting.figures import render_figures
 from service.reporting.render import render
@@ -28,7 +28,7 @@ from service.reporting.results import sweep_results
 from service.runs.cache import Reused, reuse_finished
 from service.runs.logger import MLflowTrialLogger
 from service.runs.store import (EXPERIMENT, PHASE, SWEEP_ID, DatasetRef, Provenance, RunStore, RunsUnavailable,
-                                fail_fast_over_http)
+                                configure_mlflow_client)
 from service.settings import Settings
 from workers.data import Splits, load_dataset
 from workers.trainable import run_trial
@@ -47,10 +47,6 @@ class SweepOutcome:
     errors: int
     reused: int = 0  # finished trials taken from earlier sweeps (service.runs.cache)
     first_error: str | None = None  # the first failed trial's error, its last line ("OSError: [Errno 28] ...")
-
-
-def new_sweep_id() -> str:
-    return uuid.uuid4().hex[:12]
 
 
 def mlflow_experiment_name(spec: SweepSpec) -> str:
@@ -273,8 +269,10 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     exp_id, parent_run_id = _open_sweep(spec, settings, runs, sweep_id, splits, quick, name, resume_parent_run_id)
     if on_parent_run:
         on_parent_run(exp_id, parent_run_id)
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # progress is ours (callbacks); keep Tune's tables off
-    fail_fast_over_http(retries=2)  # a driver's MLflow calls fail in seconds while its server is away
+    # progress is ours (callbacks): Tune's tables off (verbose=0 still prints its configuration table;
+    # only this variable, read by Tune from the environment, stops it)
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    configure_mlflow_client(settings.mlflow_http_retries + 1, settings.mlflow_http_timeout_s)
     connect_ray(settings)
     sweep = _Sweep(spec, settings, sweep_id, runs, exp_id, parent_run_id, [], on_reused, resume_parent_run_id is not None)
     dataset = DatasetRef(spec.dataset, splits.fingerprint(), splits.source, splits.sizes())

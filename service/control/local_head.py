@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import subprocess
-import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from urllib.parse import urlparse
 
 import psutil
 
+from service.patience import poll
 from service.ports import free_port
 from service.settings import Settings
 
@@ -136,9 +136,4 @@ def stop_head(head: LocalHead, settings: Settings, grace_s: float = 15.0) -> int
 
 
 def wait_for_dashboard(url: str, answers, timeout_s: float = HEAD_START_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if answers(url):
-            return True
-        time.sleep(1)
-    return False
+    return bool(poll(lambda: answers(url), timeout_s))
