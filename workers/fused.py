@@ -19,20 +19,18 @@ diverged and leaves the pack; the others continue unchanged (their slices never 
 """
 from __future__ import annotations
 
-import math
-import time
 from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.optim.adam import adam
 
 from workers.activations import Activation, gelu_tanh, lrelu, soi_map, uniform
 from workers.data.splits import Splits
 from workers.models import build_model
-from workers.precision import forward_precision
 from workers.registry import FUSABLE_MODELS
-from workers.train import EVAL_BATCH, STATS_EXAMPLES, at_best_val, lr_factor, noise_metric, unit_activation_medians
+from workers.train import EVAL_BATCH, train_members
 from workers.trial import TrialConfig
 
 # Settings that must be equal across a pack's members (the rest may differ: activation, lr, dropout, seed).
@@ -187,16 +185,16 @@ class StackedNet(nn.Module):
 # activation: (forward(x, out), backward(grad, x, out)). Used by _GroupedActivation.
 _aten = torch.ops.aten
 _INTO: dict[str, tuple[Callable, Callable]] = {
-    "gelu": (lambda x, o: torch._C._nn.gelu(x, out=o), lambda g, x, o: _aten.gelu_backward.grad_input(g, x, grad_input=o)),
-    "gelu_tanh": (lambda x, o: torch._C._nn.gelu(x, approximate="tanh", out=o),
+    "gelu": (lambda x, o: _aten.gelu.out(x, out=o), lambda g, x, o: _aten.gelu_backward.grad_input(g, x, grad_input=o)),
+    "gelu_tanh": (lambda x, o: _aten.gelu.out(x, approximate="tanh", out=o),
                   lambda g, x, o: _aten.gelu_backward.grad_input(g, x, approximate="tanh", grad_input=o)),
     "relu": (lambda x, o: torch.clamp_min(x, 0, out=o),
              lambda g, x, o: _aten.threshold_backward.grad_input(g, x, 0, grad_input=o)),
-    "elu": (lambda x, o: torch._C._nn.elu(x, 1.0, 1, 1, out=o),
+    "elu": (lambda x, o: _aten.elu.out(x, 1.0, 1, 1, out=o),
             lambda g, x, o: _aten.elu_backward.grad_input(g, 1.0, 1, 1, False, x, grad_input=o)),
-    "lrelu": (lambda x, o: torch._C._nn.leaky_relu(x, 0.1, out=o),
+    "lrelu": (lambda x, o: _aten.leaky_relu.out(x, 0.1, out=o),
               lambda g, x, o: _aten.leaky_relu_backward.grad_input(g, x, 0.1, False, grad_input=o)),
-    "silu": (lambda x, o: torch._C._nn.silu(x, out=o), lambda g, x, o: _aten.silu_backward.grad_input(g, x, grad_input=o)),
+    "silu": (lambda x, o: _aten.silu.out(x, out=o), lambda g, x, o: _aten.silu_backward.grad_input(g, x, grad_input=o)),
 }
 
 
@@ -291,7 +289,6 @@ class StackedOptimizer:
         if cfg.optimizer == "adam":
             for state, param in zip(self.state, params):
                 state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(param), torch.zeros_like(param)
-            self.steps = [torch.zeros((), device=params[0].device) for _ in lrs]  # per member, as torch's state
 
     def keep(self, index: Tensor, params: list[nn.Parameter]) -> None:
         """Drop the members not in ``index``; ``params`` are the sliced parameters."""
@@ -299,17 +296,13 @@ class StackedOptimizer:
         self.base_lr = self.base_lr[index]
         self.lrs = [self.lrs[i] for i in index.tolist()]
         self.state = [{k: v[index] for k, v in state.items()} for state in self.state]
-        if self.cfg.optimizer == "adam":
-            self.steps = [self.steps[i] for i in index.tolist()]
 
     def state_dict(self) -> dict:
-        return {"state": self.state, "steps": getattr(self, "steps", None), "step_count": self.step_count}
+        return {"state": self.state, "step_count": self.step_count}
 
     def load_state_dict(self, saved: dict) -> None:
         device = self.params[0].device
         self.state = [{k: v.to(device) for k, v in state.items()} for state in saved["state"]]
-        if saved["steps"] is not None:
-            self.steps = [step.to(device) for step in saved["steps"]]
         self.step_count = saved["step_count"]
 
     @torch.no_grad()
@@ -320,19 +313,17 @@ class StackedOptimizer:
                 param.grad = torch.zeros_like(param)
         self.step_count += 1
         if cfg.optimizer == "adam":
-            # torch's fused Adam kernel (one pass over each tensor), once per run of members with one lr
-            # (their steps are equal: members step together). Same update as torch.optim.Adam's default:
-            # m, v, bias corrections, L2 weight decay into the gradient.
-            n = len(self.params)
-            for step in self.steps:
-                step += 1
+            # torch.optim's functional Adam with its fused kernel (one pass over each tensor), once per
+            # run of members with one lr: the update of torch.optim.Adam's default (m, v, bias
+            # corrections, L2 weight decay into the gradient). Members step together, so their step
+            # counts are equal: each call gets fresh counters at the count before this step.
             for start, end in _runs(self.lrs):
                 part = slice(start, end)
-                torch._fused_adam_([p[part] for p in self.params], [p.grad[part] for p in self.params],
-                                   [s["exp_avg"][part] for s in self.state], [s["exp_avg_sq"][part] for s in self.state],
-                                   [], [self.steps[start]] * n, amsgrad=False, lr=self.lrs[start] * self.factor,
-                                   beta1=b1, beta2=b2, weight_decay=cfg.weight_decay, eps=eps, maximize=False,
-                                   grad_scale=None, found_inf=None)
+                counters = [torch.full((), float(self.step_count - 1), device=self.params[0].device) for _ in self.params]
+                adam([p[part] for p in self.params], [p.grad[part] for p in self.params],
+                     [s["exp_avg"][part] for s in self.state], [s["exp_avg_sq"][part] for s in self.state], [],
+                     counters, fused=True, amsgrad=False, lr=self.lrs[start] * self.factor, beta1=b1, beta2=b2,
+                     weight_decay=cfg.weight_decay, eps=eps, maximize=False)
             return
         for param, state in zip(self.params, self.state):
             lr = (self.base_lr * self.factor).view(-1, *([1] * (param.dim() - 1)))
@@ -389,9 +380,9 @@ def evaluate_pack(net: StackedNet, members: list[int], x: Tensor, y: Tensor, tas
     return (loss_sum / n).tolist(), (wrong / n).tolist()
 
 
-class _PackState:
-    """A pack in training: the stacked network and optimiser, each member's streams and best epoch,
-    and which members are still in it (indices into ``cfgs``)."""
+class StackedPack:
+    """A fused pack for workers.train.train_members: the members' MLPs as one StackedNet and one
+    StackedOptimizer, each member's mask stream, and which members are still in it."""
 
     def __init__(self, cfgs: list[TrialConfig], splits: Splits, device: torch.device):
         self.cfgs, self.first, self.device = cfgs, cfgs[0], device
@@ -402,139 +393,77 @@ class _PackState:
             self.masks.append(_mask_stream(cfg.seed, device))
         self.net = StackedNet(references, [c.activation for c in cfgs], [c.dropout for c in cfgs]).to(device)
         self.net.generators = self.masks
-        self.orders = [torch.Generator().manual_seed(cfg.seed) for cfg in cfgs]  # data order, as in train_epochs
         self.optimizer = StackedOptimizer(self.first, list(self.net.parameters()), [c.lr for c in cfgs])
         self.members = list(range(len(cfgs)))
-        self.best_val = [math.inf] * len(cfgs)
-        self.best: list[dict] = [{} for _ in cfgs]
-        self.select_on = "val_loss" if self.first.task == "reconstruct" else "val_error"
-        self.precision = forward_precision(self.first.dtype, device)  # execution.dtype
         self.compiled = CompiledStep(self.net, self.first.task) if self.first.compile else None
 
+    def place(self, arrays: list) -> list[Tensor]:
+        """All of the data on the device, inputs as vectors (the pack's layers are matmuls)."""
+        return [torch.as_tensor(a, device=self.device).flatten(1) if i % 2 == 0 else torch.as_tensor(a, device=self.device)
+                for i, a in enumerate(arrays)]
+
+    def batch(self, x: Tensor, y: Tensor, idx: Tensor, orders: list) -> tuple[Tensor, Tensor]:
+        # (P, B): each member its own examples; index_select copies whole rows, ~3x faster than x[idx]
+        return x.index_select(0, idx.flatten()).view(*idx.shape, -1), y.index_select(0, idx.flatten()).view(idx.shape)
+
+    def train(self) -> None:
+        self.net.train()
+
+    def losses(self, x: Tensor, y: Tensor) -> Tensor:
+        if self.compiled is not None and self.compiled.takes(self.members):
+            return self.compiled(x, y, self.members)
+        return _losses(self.net(x, self.members), x, y, self.first.task)[0]
+
+    def zero_grad(self) -> None:
+        for param in self.net.parameters():
+            param.grad = None
+
+    def step(self, lr_factor: float) -> None:
+        self.optimizer.factor = lr_factor
+        self.optimizer.step()
+
+    def evaluate(self, x: Tensor, y: Tensor, top5: bool, per_member: bool) -> list[dict[str, float]]:
+        losses, errors = evaluate_pack(self.net, self.members, x, y, self.first.task)  # (fusable: no top5)
+        return [{"loss": loss, "error": error} for loss, error in zip(losses, errors)]
+
+    def unit_means(self, x: Tensor) -> list[Tensor]:
+        return _unit_activations(self.net, self.members, x)
+
+    def learned(self, position: int) -> dict[str, float]:
+        return self.net.learned_values(position, self.members[position])
+
+    def set_dropout(self, on: bool, scale: float) -> None:
+        raise ValueError("fine_tune: fused packs have no per-stack dropout")  # (fusable() refuses it first)
+
     def keep(self, positions: list[int]) -> None:
-        """Keep the members at these positions of ``members`` (the others have left the pack)."""
-        index = torch.tensor(positions, device=self.device)
+        index = torch.tensor(positions, device=self.device, dtype=torch.long)
         self.net.keep(index)
         self.optimizer.keep(index, list(self.net.parameters()))
         self.members = [self.members[i] for i in positions]
 
-    def restore(self, resume: dict) -> int:
-        """Continue after a checkpointed epoch, without the members that had left; returns the next epoch."""
-        if len(resume["members"]) < len(self.cfgs):
-            self.keep(resume["members"])  # (the positions of the members kept are their indices)
-        self.net.load_state_dict(resume["net"])
-        self.optimizer.load_state_dict(resume["optimizer"])
-        for generator, state in zip([*self.masks, *self.orders], [*resume["masks"], *resume["orders"]]):
-            generator.set_state(state)
-        self.best_val, self.best = resume["best_val"], resume["best"]
-        return resume["epoch"] + 1
+    def state(self) -> dict:
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "masks": [g.get_state() for g in self.masks]}
 
-    def state(self, epoch: int) -> dict:
-        return {"epoch": epoch, "members": self.members, "net": self.net.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "masks": [g.get_state() for g in self.masks],
-                "orders": [g.get_state() for g in self.orders], "best_val": self.best_val, "best": self.best}
-
-    def train_epoch(self, epoch: int, train_x: Tensor, train_y: Tensor) -> list[float]:
-        """One pass over each member's shuffled training set, batches by indexing; the members' mean losses."""
-        first, n, batch = self.first, len(train_y), self.first.batch_size
-        steps_per_epoch = math.ceil(n / batch)
-        permutations = torch.stack([torch.randperm(n, generator=self.orders[m]) for m in self.members]).to(self.device)
-        loss_sum = torch.zeros(len(self.members), device=self.device)
-        for i in range(0, n, batch):
-            if first.schedule.get("kind", "constant") != "constant":  # the lr moves every step, as alone
-                step = (epoch - 1) * steps_per_epoch + i // batch
-                self.optimizer.factor = lr_factor(first.schedule, step, steps_per_epoch, steps_per_epoch * first.epochs)
-            idx = permutations[:, i:i + batch]
-            # (P, B): each member its own examples; index_select copies whole rows, ~3x faster than x[idx]
-            x = train_x.index_select(0, idx.flatten()).view(*idx.shape, -1)
-            y = train_y.index_select(0, idx.flatten()).view(idx.shape)
-            with self.precision:
-                if self.compiled is not None and self.compiled.takes(self.members):
-                    losses = self.compiled(x, y, self.members)
-                else:
-                    losses, _ = _losses(self.net(x, self.members), x, y, first.task)
-            for param in self.net.parameters():
-                param.grad = None
-            losses.sum().backward()  # members' graphs are disjoint: each gets its own gradient
-            self.optimizer.step()
-            loss_sum += losses.detach() * idx.shape[1]
-        return (loss_sum / n).tolist()
-
-    def measure(self, epoch: int, train_loss: list[float], data: dict[str, tuple[Tensor, Tensor] | None],
-                started: float) -> dict[int, dict]:
-        """Each member's metrics of the epoch (the keys of workers.train.train_epochs), by member."""
-        first, members = self.first, self.members
-        with self.precision:  # evaluated in the precision the pack trains in
-            evaluated = {name: evaluate_pack(self.net, members, *split, first.task)
-                         for name, split in data.items() if split is not None and name != "stats"}
-            stats = _unit_activations(self.net, members, data["stats"][0]) if first.activation_stats else None
-            noise = _noise_robustness(self.net, members, self.cfgs, *data["test"]) if epoch == first.epochs else {}
-        seconds = time.perf_counter() - started
-        found = {}
-        for j, m in enumerate(members):
-            metrics = {"epoch": epoch, "train_loss": train_loss[j], "lr": self.cfgs[m].lr * self.optimizer.factor}
-            for name, (losses, errors) in evaluated.items():
-                metrics[f"{name}_loss_eval" if name == "train" else f"{name}_loss"] = losses[j]
-                metrics[f"{name}_error_eval" if name == "train" else f"{name}_error"] = errors[j]
-            if self.select_on in metrics and metrics[self.select_on] < self.best_val[m]:
-                self.best_val[m] = metrics[self.select_on]
-                self.best[m] = at_best_val(epoch, metrics)
-            metrics.update(self.best[m])
-            if stats is not None:
-                metrics.update(unit_activation_medians([layer[j] for layer in stats]))
-            metrics.update(self.net.learned_values(j, m))
-            metrics.update({key: values[j] for key, values in noise.items()})
-            metrics["diverged"] = 0
-            metrics["epoch_seconds"] = seconds  # the pack's epoch: members share it
-            found[m] = metrics
-        return found
+    def restore(self, state: dict) -> None:
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        for generator, saved in zip(self.masks, state["masks"]):
+            generator.set_state(saved)
 
 
 def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str = "cpu", *,
                resume: dict | None = None, on_state: Callable[[dict], None] | None = None) -> Iterator[list[dict | None]]:
-    """Train the members of a pack together; yield, after every epoch, one metrics dict per member
-    (the keys of workers.train.train_epochs), or None for a member that has left the pack.
-
-    ``resume`` and ``on_state`` checkpoint the pack as workers.train.train_epochs does one trial:
-    the members still in it, the stacked weights and optimiser state, every member's streams."""
-    device = torch.device(device)
+    """Train the members of a pack together (workers.train.train_members with a StackedPack); yield,
+    after every epoch, one metrics dict per member (the keys of workers.train.train_epochs), or None
+    for a member that has left the pack. ``resume`` and ``on_state`` checkpoint it as one trial."""
     reasons = {fusable(cfg) for cfg in cfgs} - {None}
     if reasons:
         raise ValueError(f"execution.mode: fused cannot take {reasons.pop()}")
-    first = cfgs[0]
-    differing = [k for k in SHARED if any(getattr(c, k) != getattr(first, k) for c in cfgs)]
+    differing = [k for k in SHARED if any(getattr(c, k) != getattr(cfgs[0], k) for c in cfgs)]
     if differing:
         raise ValueError(f"a fused pack shares {', '.join(differing)}; its members differ there")
-
-    # -- setup: the stacked network, each member's streams, the data resident on the device --------
-    pack = _PackState(cfgs, splits, device)
-    flat = [torch.as_tensor(a, device=device) for a in splits.arrays()]
-    train_x, train_y, val_x, val_y, test_x, test_y = [t.flatten(1) if i % 2 == 0 else t for i, t in enumerate(flat)]
-    data = {"train": (train_x, train_y) if first.eval_train else None, "val": (val_x, val_y) if len(val_y) else None,
-            "test": (test_x, test_y), "stats": (train_x[:STATS_EXAMPLES], None)}
-    first_epoch = pack.restore(resume) if resume is not None else 1
-
-    for epoch in range(first_epoch, first.epochs + 1):
-        started = time.perf_counter()
-        train_loss = pack.train_epoch(epoch, train_x, train_y)
-        report: list[dict | None] = [None] * len(cfgs)
-        diverged = [m for m, loss in zip(pack.members, train_loss) if not math.isfinite(loss)]
-        for m in diverged:  # as train_epochs: the diverged epoch is reported, then the member stops
-            report[m] = {"epoch": epoch, "train_loss": train_loss[pack.members.index(m)],
-                         "lr": cfgs[m].lr * pack.optimizer.factor, "diverged": 1,
-                         "epoch_seconds": time.perf_counter() - started}
-        if diverged:
-            keep = [i for i, m in enumerate(pack.members) if m not in diverged]
-            train_loss = [train_loss[i] for i in keep]
-            pack.keep(keep)
-        if not pack.members:
-            yield report
-            return
-        for m, metrics in pack.measure(epoch, train_loss, data, started).items():
-            report[m] = metrics
-        if on_state is not None:
-            on_state(pack.state(epoch))
-        yield report
+    yield from train_members(StackedPack(cfgs, splits, torch.device(device)), splits, resume=resume, on_state=on_state)
 
 
 @torch.no_grad()
@@ -546,16 +475,3 @@ def _unit_activations(net: StackedNet, members: list[int], x: Tensor) -> list[Te
     net(x, members, collect=outputs)
     net.train()
     return [out.float().mean(dim=1) for out in outputs]
-
-
-@torch.no_grad()
-def _noise_robustness(net: StackedNet, members: list[int], cfgs: list[TrialConfig], x: Tensor,
-                      y: Tensor) -> dict[str, list[float]]:
-    """Per member: workers.train.noise_robustness, with each member's own noise (seeded as there)."""
-    generators = [torch.Generator().manual_seed(10_000 + cfgs[m].seed) for m in members]
-    found: dict[str, list[float]] = {}
-    for a in cfgs[0].eval_noise:
-        noise = torch.stack([torch.rand(x.shape, generator=g) * 2 - 1 for g in generators]).to(x.device) * a
-        loss, error = evaluate_pack(net, members, x.unsqueeze(0) + noise, y, cfgs[0].task)
-        found[noise_metric("loss", a)], found[noise_metric("error", a)] = loss, error
-    return found

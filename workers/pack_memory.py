@@ -20,14 +20,15 @@ layer at a time) is the headroom that the budget keeps back (service.driver.pack
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from workers.data.splits import Splits
-from workers.fused import _PackState  # the pack exactly as it trains
-from workers.train import EVAL_BATCH
+from workers.fused import StackedPack  # the pack exactly as it trains
+from workers.train import EVAL_BATCH, train_step
 from workers.trial import TrialConfig
 
 MIB = 2 ** 20
@@ -60,7 +61,7 @@ def step_bytes(cfgs: list[TrialConfig], splits: Splits) -> int:
     """Bytes one training step of a pack of ``cfgs`` keeps alive, without the dataset: measured on
     the CPU (persistent state and saved tensors) plus the per-member buffers of the module docstring."""
     first = cfgs[0]
-    pack = _PackState(cfgs, splits, torch.device("cpu"))
+    pack = StackedPack(cfgs, splits, torch.device("cpu"))
     batch = min(first.batch_size, len(splits.train_y))
     x = torch.as_tensor(splits.train_x[:batch]).flatten(1)
     y = torch.as_tensor(splits.train_y[:batch])
@@ -73,8 +74,10 @@ def step_bytes(cfgs: list[TrialConfig], splits: Splits) -> int:
             saved[storage.data_ptr()] = storage.nbytes()
         return tensor
 
+    idx = torch.stack([torch.randperm(batch, generator=torch.Generator().manual_seed(c.seed)) for c in cfgs])
+    xb, yb = pack.batch(x, y, idx, [])  # (P, B): each member its own order of the batch, as it trains
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
-        pack.train_epoch(1, x, y)  # one step: the batch is the whole of x
+        train_step(pack, xb, yb, contextlib.nullcontext(), 1.0)
     weights = sum(p.nbytes for p in pack.net.parameters())
     optimiser = sum(t.nbytes for state in pack.optimizer.state for t in state.values() if torch.is_tensor(t))
     members = len(cfgs)

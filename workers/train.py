@@ -1,13 +1,16 @@
 """The training loop of one trial, as a generator of per-epoch metrics.
 
-Reads top to bottom: setup, then per epoch one pass over the shuffled training set followed by
-evaluation. The caller decides where the metrics go (Ray Tune, a test, a benchmark).
+One loop for every trial, alone or in a fused pack (a trial is a pack of one): setup, then per
+epoch one pass over each member's shuffled training set, followed by evaluation. What differs
+between one trial and a pack is the model, behind one seam (:class:`Members`): :class:`OneModel`
+here, workers.fused.StackedPack for MLPs stacked into batched matmuls. The caller decides where
+the metrics go (Ray Tune, a test, a benchmark).
 """
 from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -138,6 +141,12 @@ def median_unit_activations(model: nn.Module, x: Tensor) -> dict[str, float]:
     """ELU paper §4.1.1, Fig. 2: each unit's average activation on ``x`` (eval mode), then the
     median over all units of the network (``median_unit_activation``, the figure's curve) and
     over each layer's units (``median_unit_activation_<layer>``)."""
+    return unit_activation_medians(unit_means(model, x))
+
+
+@torch.no_grad()
+def unit_means(model: nn.Module, x: Tensor) -> list[Tensor]:
+    """Per activation layer of ``model``, each unit's mean activation on ``x`` in eval mode."""
     layers = [m for m in model.modules() if isinstance(m, Activation)]
     outputs: list[Tensor] = []
     hooks = [layer.register_forward_hook(lambda _m, _i, out: outputs.append(out)) for layer in layers]
@@ -149,7 +158,7 @@ def median_unit_activations(model: nn.Module, x: Tensor) -> dict[str, float]:
         for hook in hooks:
             hook.remove()
         model.train(was_training)
-    return unit_activation_medians([out.flatten(1).float().mean(dim=0) for out in outputs])
+    return [out.flatten(1).float().mean(dim=0) for out in outputs]
 
 
 def unit_activation_medians(unit_means: list[Tensor]) -> dict[str, float]:
@@ -182,14 +191,117 @@ def set_rng_states(states: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(states["cuda"], device)
 
 
-def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = "cpu", *,
-                 resume: dict | None = None, on_state: Callable[[dict], None] | None = None) -> Iterator[dict]:
-    """Train one trial; yield a dict of metrics after every epoch (epoch numbers start at 1).
+# -- the seam: what differs between one trial and a fused pack ------------------------------------
+
+class Members(Protocol):
+    """The models of the trials that train together: how they are held, fed, run forward, evaluated
+    and stepped. One trial is a pack of one (:class:`OneModel`: any network of workers.models);
+    MLPs train several at once as one batched network (workers.fused.StackedPack). Everything
+    else, the epoch loop and what it measures, is :func:`train_members`'."""
+
+    cfgs: list[TrialConfig]
+    members: list[int]  # the members still training: indices into cfgs (a position j ↔ members[j])
+    device: torch.device
+
+    def place(self, arrays: list) -> list: ...  # the splits' six arrays, resident as this kind reads them
+    def batch(self, x, y: Tensor, idx: Tensor, orders: list) -> tuple[Tensor, Tensor]: ...  # idx: (P, B)
+    def train(self) -> None: ...
+    def losses(self, x: Tensor, y: Tensor) -> Tensor: ...  # train mode: each member's mean loss, (P,)
+    def zero_grad(self) -> None: ...
+    def step(self, lr_factor: float) -> None: ...  # the optimiser's step at lr × lr_factor
+    def evaluate(self, x, y: Tensor, top5: bool, per_member: bool) -> list[dict[str, float]]: ...
+    def unit_means(self, x: Tensor) -> list[Tensor]: ...  # per activation layer: (P, units)
+    def learned(self, position: int) -> dict[str, float]: ...  # learnable activation parameters
+    def set_dropout(self, on: bool, scale: float) -> None: ...  # a fine-tuning phase (ELU §4.3)
+    def keep(self, positions: list[int]) -> None: ...  # the others leave (diverged)
+    def state(self) -> dict: ...
+    def restore(self, state: dict) -> None: ...
+
+
+class OneModel:
+    """One trial: any network of workers.models and its torch.optim optimiser. Its dropout, input
+    noise and SOI draw from the global generator, seeded with the trial's seed before the network is
+    built, as a plain PyTorch script would."""
+
+    def __init__(self, cfgs: list[TrialConfig], splits: Splits, device: torch.device):
+        (cfg,) = cfgs
+        self.cfgs, self.cfg, self.members, self.device = cfgs, cfg, [0], device
+        torch.manual_seed(cfg.seed)
+        self.model = build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation_def, cfg.dropout,
+                                 vocab_size=len(splits.vocab)).to(device)
+        if splits.embeddings is not None and hasattr(self.model, "embedding"):
+            with torch.no_grad():
+                self.model.embedding.weight.copy_(torch.as_tensor(splits.embeddings))
+        self.optimizer = make_optimizer(cfg, self.model.parameters())
+
+    def place(self, arrays: list) -> list:
+        return [on_device(a, self.device) for a in arrays]
+
+    def batch(self, x, y: Tensor, idx: Tensor, orders: list) -> tuple[Tensor, Tensor]:
+        idx = idx[0]  # whole rows by index_select: ~6x faster than x[idx]
+        return augment_batch(rows(x, idx), self.cfg.augment, orders[0]), y.index_select(0, idx)
+
+    def train(self) -> None:
+        self.model.train()
+
+    def losses(self, x: Tensor, y: Tensor) -> Tensor:
+        return batch_loss(self.model, self.cfg.task, x, y)[0].unsqueeze(0)
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self, lr_factor: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.lr * lr_factor
+        self.optimizer.step()
+
+    def evaluate(self, x, y: Tensor, top5: bool, per_member: bool) -> list[dict[str, float]]:
+        return [evaluate(self.model, x[0] if per_member else x, y, self.cfg.task, top5)]
+
+    def unit_means(self, x: Tensor) -> list[Tensor]:
+        return [means.unsqueeze(0) for means in unit_means(self.model, x)]
+
+    def learned(self, position: int) -> dict[str, float]:
+        return learned_parameters(self.model)
+
+    def set_dropout(self, on: bool, scale: float) -> None:
+        self.model.set_dropout(on, scale)
+
+    def keep(self, positions: list[int]) -> None:
+        self.members = [self.members[j] for j in positions]
+
+    def state(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "rng": rng_states(self.device)}
+
+    def restore(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        set_rng_states(state["rng"], self.device)
+
+
+# -- the epoch loop ----------------------------------------------------------------------------------
+
+def train_step(members: Members, x: Tensor, y: Tensor, precision, lr_factor: float) -> Tensor:
+    """One optimiser step of every member on its batch; the members' losses (detached)."""
+    with precision:
+        losses = members.losses(x, y)
+    members.zero_grad()
+    losses.sum().backward()  # members' graphs are disjoint: each gets its own gradient
+    members.step(lr_factor)
+    return losses.detach()
+
+
+def train_members(members: Members, splits: Splits, *, resume: dict | None = None,
+                  on_state: Callable[[dict], None] | None = None) -> Iterator[list[dict | None]]:
+    """Train the members; yield, after every epoch, one metrics dict per member (by its index in
+    ``members.cfgs``), or None for a member that has left (diverged earlier).
 
     Checkpoints (workers.checkpoints): before each epoch's metrics are yielded, ``on_state`` gets
-    the state to resume from after that epoch (model, optimiser, data-order and mask generators,
-    best epoch so far). Given such a state as ``resume``, training continues with the next epoch
-    and follows the trajectory it would have followed without the interruption.
+    the state to resume from after that epoch (models, optimisers, the members still training, every
+    data-order and mask stream, the best epochs so far). Given such a state as ``resume``, training
+    continues with the next epoch and follows the trajectory it would have followed without the
+    interruption.
 
     Logged per epoch: ``train_loss`` (mean minibatch loss in train mode, as seen by the
     optimiser); ``train_loss_eval``/``train_error_eval``, the training set in eval mode, which is
@@ -200,94 +312,113 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
     ``median_unit_activation`` (over all units) and ``median_unit_activation_<layer>``. With
     learnable activation parameters: ``learned_<param>_<layer>`` (mean over units). With
     ``eval_noise``, after the last epoch: ``test_error_noise_<a>`` and ``test_loss_noise_<a>``.
-    A non-finite training loss ends the trial with ``diverged = 1``.
+    A member whose training loss is not finite is reported with ``diverged = 1`` and leaves; the
+    others go on unchanged.
     """
-    # -- setup: seed, data resident on the device, model, optimiser --------------------------------
-    device = torch.device(device)
-    torch.manual_seed(cfg.seed)
-    tensors = [on_device(a, device) for a in splits.arrays()]
-    train_x, train_y, val_x, val_y, test_x, test_y = tensors
-    model = build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation_def, cfg.dropout,
-                        vocab_size=len(splits.vocab)).to(device)
-    if splits.embeddings is not None and hasattr(model, "embedding"):
-        with torch.no_grad():
-            model.embedding.weight.copy_(torch.as_tensor(splits.embeddings))
-    optimizer = make_optimizer(cfg, model.parameters())
-    order = torch.Generator().manual_seed(cfg.seed)  # data order and augmentation depend on the seed only
-    n = len(train_y)
-    steps_per_epoch = math.ceil(n / cfg.batch_size)
-    total_steps = steps_per_epoch * cfg.epochs
-    best_val, best = math.inf, {}
-    select_on = "val_loss" if cfg.task == "reconstruct" else "val_error"
+    # -- setup: data resident on the device, each member's data-order stream --------------------------
+    cfgs, first, device = members.cfgs, members.cfgs[0], members.device
+    train_x, train_y, val_x, val_y, test_x, test_y = members.place(splits.arrays())
+    orders = [torch.Generator().manual_seed(cfg.seed) for cfg in cfgs]  # data order, augmentation: the seed only
+    n, batch = len(train_y), first.batch_size
+    steps_per_epoch = math.ceil(n / batch)
+    total_steps = steps_per_epoch * first.epochs
+    best_val, best = [math.inf] * len(cfgs), [{} for _ in cfgs]
+    select_on = "val_loss" if first.task == "reconstruct" else "val_error"
+    precision = forward_precision(first.dtype, device)  # execution.dtype (workers.precision)
     first_epoch = 1
     if resume is not None:  # continue after the checkpointed epoch, with every stream where it stood
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        order.set_state(resume["order"])
-        set_rng_states(resume["rng"], device)
+        if len(resume["members"]) < len(cfgs):
+            members.keep(resume["members"])  # (the members' positions are their indices at the start)
+        members.restore(resume["models"])
+        for generator, state in zip(orders, resume["orders"]):
+            generator.set_state(state)
         best_val, best, first_epoch = resume["best_val"], resume["best"], resume["epoch"] + 1
 
-    phase = None  # the fine-tuning phase the network's dropout is set for
-    precision = forward_precision(cfg.dtype, device)  # execution.dtype (workers.precision)
-    for epoch in range(first_epoch, cfg.epochs + 1):
-        # -- one pass over the shuffled training set, batches taken by indexing ----------------
+    phase, factor = None, 1.0  # the fine-tuning phase the network's dropout is set for; the lr's multiple
+    for epoch in range(first_epoch, first.epochs + 1):
+        # -- one pass over each member's shuffled training set, batches taken by indexing ------------
         started = time.perf_counter()
-        model.train()
-        permutation = torch.randperm(n, generator=order).to(device)
-        loss_sum = torch.zeros((), device=device)
-        for i in range(0, n, cfg.batch_size):
-            step = (epoch - 1) * steps_per_epoch + i // cfg.batch_size
-            if cfg.schedule.get("kind", "constant") != "constant":  # the lr moves every step
-                for group in optimizer.param_groups:
-                    group["lr"] = cfg.lr * lr_factor(cfg.schedule, step, steps_per_epoch, total_steps)
-            if cfg.fine_tune and dropout_phase(cfg.fine_tune, step) != phase:
-                phase = dropout_phase(cfg.fine_tune, step)
-                model.set_dropout(phase["dropout_on"], phase["dropout_scale"])
-            idx = permutation[i:i + cfg.batch_size]
-            x, y = rows(train_x, idx), train_y.index_select(0, idx)  # whole rows: ~6x faster than x[idx]
-            with precision:
-                loss, _ = batch_loss(model, cfg.task, augment_batch(x, cfg.augment, order), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.detach() * len(idx)  # no .item() per step: keeps the device busy
-        metrics = {"epoch": epoch, "train_loss": loss_sum.item() / n, "lr": optimizer.param_groups[0]["lr"]}
-        if not math.isfinite(metrics["train_loss"]):
-            yield {**metrics, "diverged": 1, "epoch_seconds": time.perf_counter() - started}
+        members.train()
+        permutations = torch.stack([torch.randperm(n, generator=orders[m]) for m in members.members]).to(device)
+        loss_sum = torch.zeros(len(members.members), device=device)
+        for i in range(0, n, batch):
+            step = (epoch - 1) * steps_per_epoch + i // batch
+            if first.schedule.get("kind", "constant") != "constant":  # the lr moves every step
+                factor = lr_factor(first.schedule, step, steps_per_epoch, total_steps)
+            if first.fine_tune and dropout_phase(first.fine_tune, step) != phase:
+                phase = dropout_phase(first.fine_tune, step)
+                members.set_dropout(phase["dropout_on"], phase["dropout_scale"])
+            idx = permutations[:, i:i + batch]
+            x, y = members.batch(train_x, train_y, idx, [orders[m] for m in members.members])
+            loss_sum += train_step(members, x, y, precision, factor) * idx.shape[1]  # (no .item() per step)
+        train_loss = [total / n for total in loss_sum.tolist()]
+
+        # -- a member whose loss is not finite is reported diverged and leaves -------------------------
+        report: list[dict | None] = [None] * len(cfgs)
+        diverged = [j for j, loss in enumerate(train_loss) if not math.isfinite(loss)]
+        for j in diverged:
+            m = members.members[j]
+            report[m] = {"epoch": epoch, "train_loss": train_loss[j], "lr": cfgs[m].lr * factor, "diverged": 1,
+                         "epoch_seconds": time.perf_counter() - started}
+        if diverged:
+            kept = [j for j in range(len(train_loss)) if j not in diverged]
+            train_loss = [train_loss[j] for j in kept]
+            members.keep(kept)
+        if not members.members:
+            yield report
             return
 
-        # -- evaluation (in the trial's precision, as it trains) ---------------------------------
+        # -- evaluation (in the members' precision, as they train) ----------------------------------------
+        data = {"train": (train_x, train_y) if first.eval_train else None,
+                "val": (val_x, val_y) if len(val_y) else None,  # (val_size 0: nothing is held out)
+                "test": (test_x, test_y)}
         with precision:
-            if cfg.eval_train:
-                metrics.update({f"train_{k}_eval": v for k, v in evaluate(model, train_x, train_y, cfg.task).items()})
-            if len(val_y):  # (val_size 0: all the training data trains; nothing is held out)
-                metrics.update({f"val_{k}": v for k, v in evaluate(model, val_x, val_y, cfg.task, cfg.top5).items()})
-            metrics.update({f"test_{k}": v for k, v in evaluate(model, test_x, test_y, cfg.task, cfg.top5).items()})
-            if len(val_y) and metrics[select_on] < best_val:
-                best_val = metrics[select_on]
-                best = at_best_val(epoch, metrics)
-            metrics.update(best)
-            metrics.update(learned_parameters(model))  # learnable activation parameters, per layer
-            if cfg.activation_stats:
-                metrics.update(median_unit_activations(model, rows(train_x, slice(0, STATS_EXAMPLES))))
-            if epoch == cfg.epochs:
-                metrics.update(noise_robustness(model, test_x, test_y, cfg.eval_noise, cfg.seed, cfg.task))
-        metrics["diverged"] = 0
-        metrics["epoch_seconds"] = time.perf_counter() - started
+            evaluated = {name: members.evaluate(*split, top5=first.top5 and name != "train", per_member=False)
+                         for name, split in data.items() if split is not None}
+            stats = members.unit_means(rows(train_x, slice(0, STATS_EXAMPLES))) if first.activation_stats else None
+            noise = noise_robustness(members, test_x, test_y) if epoch == first.epochs else None
+        seconds = time.perf_counter() - started
+        for j, m in enumerate(members.members):
+            metrics = {"epoch": epoch, "train_loss": train_loss[j], "lr": cfgs[m].lr * factor}
+            for name, results in evaluated.items():
+                metrics.update({f"{name}_{k}_eval" if name == "train" else f"{name}_{k}": v
+                                for k, v in results[j].items()})
+            if select_on in metrics and metrics[select_on] < best_val[m]:
+                best_val[m] = metrics[select_on]
+                best[m] = at_best_val(epoch, metrics)
+            metrics.update(best[m])
+            metrics.update(members.learned(j))  # learnable activation parameters, per layer
+            if stats is not None:
+                metrics.update(unit_activation_medians([layer[j] for layer in stats]))
+            if noise is not None:
+                metrics.update(noise[j])
+            metrics["diverged"] = 0
+            metrics["epoch_seconds"] = seconds  # (a pack's epoch: its members share it)
+            report[m] = metrics
         if on_state is not None:
-            on_state({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                      "order": order.get_state(), "rng": rng_states(device), "best_val": best_val, "best": best})
-        yield metrics
+            on_state({"epoch": epoch, "members": list(members.members), "models": members.state(),
+                      "orders": [g.get_state() for g in orders], "best_val": best_val, "best": best})
+        yield report
+
+
+def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = "cpu", *,
+                 resume: dict | None = None, on_state: Callable[[dict], None] | None = None) -> Iterator[dict]:
+    """Train one trial (a pack of one: :func:`train_members` with :class:`OneModel`); yield a dict of
+    metrics after every epoch (epoch numbers start at 1)."""
+    for report in train_members(OneModel([cfg], splits, torch.device(device)), splits, resume=resume,
+                                on_state=on_state):
+        yield report[0]
 
 
 @torch.no_grad()
-def noise_robustness(model: nn.Module, x: Tensor, y: Tensor, levels, seed: int,
-                     task: str = "classify") -> dict[str, float]:
-    """GELU paper §3.1, Fig. 3: test loss and error on x + Unif[−a, a] noise, for each a."""
-    generator = torch.Generator().manual_seed(10_000 + seed)
-    found = {}
-    for a in levels:
-        noise = (torch.rand(x.shape, generator=generator) * 2 - 1).to(x.device) * a
-        measured = evaluate(model, x + noise, y, task)
-        found[noise_metric("loss", a)], found[noise_metric("error", a)] = measured["loss"], measured["error"]
+def noise_robustness(members: Members, x: Tensor, y: Tensor) -> list[dict[str, float]]:
+    """GELU paper §3.1, Fig. 3: per member, test loss and error on x + Unif[−a, a] noise for each a
+    of ``eval_noise``, the noise from a generator of its own (seeded 10,000 + the member's seed)."""
+    cfgs = members.cfgs
+    generators = [torch.Generator().manual_seed(10_000 + cfgs[m].seed) for m in members.members]
+    found: list[dict[str, float]] = [{} for _ in members.members]
+    for a in cfgs[0].eval_noise:
+        noise = torch.stack([torch.rand(x.shape, generator=g) * 2 - 1 for g in generators]).to(x.device) * a
+        for j, measured in enumerate(members.evaluate(x.unsqueeze(0) + noise, y, top5=False, per_member=True)):
+            found[j][noise_metric("loss", a)], found[j][noise_metric("error", a)] = measured["loss"], measured["error"]
     return found

@@ -86,7 +86,7 @@ def test_bf16_draws_the_masks_of_fp32(digits):
     cfgs = _cfgs()
     draws = {}
     for dtype in ("fp32", "bf16"):
-        state = fused._PackState([replace(c, dtype=dtype) for c in cfgs], digits, torch.device("cpu"))
+        state = fused.StackedPack([replace(c, dtype=dtype) for c in cfgs], digits, torch.device("cpu"))
         draws[dtype] = state.net.dropout_noise((len(cfgs), 8, 48), torch.device("cpu"), state.members)
     assert draws["bf16"].dtype == torch.float32
     assert torch.equal(draws["fp32"], draws["bf16"])

@@ -197,7 +197,7 @@ def test_dependencies_down_are_503s_without_credentials(ray_head, tmp_path):
     env = {**api_env(tmp_path, ray_head), "ACTSWEEP_TRACKING_URI": f"http://mlflow:hunter2@127.0.0.1:{mlflow.port}",
            "ACTSWEEP_HEALTH_CACHE_S": "0"}  # every /healthz checks (none answered from the start's)
     home = Path(env["ACTSWEEP_HOME"])
-    home.mkdir(parents=True)
+    home.mkdir(parents=True, exist_ok=True)
     store = SweepStore(f"sqlite:///{home / 'sweeps.db'}")
     store.create(SweepRecord(id="kept1", experiment="mnist_classification", quick=True, overrides={}, spec={},
                              trials_total=1, epochs=1), [{"activation": "gelu", "dropout": 0.0, "lr": 0.1, "seed": 0}])
