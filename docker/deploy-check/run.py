@@ -76,14 +76,23 @@ def base_image() -> None:
         tar.wait()
 
 
+def _locked(package: str) -> str:
+    for line in (REPO / "requirements.lock").read_text().splitlines():
+        if line.startswith(f"{package}=="):
+            return line.split()[0].split("==")[1]
+    return "?"
+
+
 def images() -> None:
     wheels = Path(os.environ.get("ACTSWEEP_WHEELS", "/opt/wheels"))
     torch = sorted(glob.glob(str(wheels / "torch-*+cpu-cp311-*.whl")))
     build = ["podman", "build", "--network", "host", "--build-arg", f"BASE={BASE}"]
     if torch:  # a CPU wheel on this disk: no download of PyPI's CUDA build
         version = Path(torch[-1]).name.split("-")[1]
-        build += ["-v", f"{wheels}:/wheels:ro", "--build-arg", f"TORCH_SPEC=torch=={version}"]
-        say(f"image {IMAGE}: PyTorch {version} from {torch[-1]}")
+        minor = int(version.split(".")[1])  # torchvision 0.(minor + 15) is the one built for torch 2.minor
+        spec = f"torch=={version} torchvision==0.{minor + 15}.*"
+        build += ["-v", f"{wheels}:/wheels:ro", "--build-arg", f"TORCH_SPEC={spec}"]
+        say(f"image {IMAGE}: {spec} (PyTorch from {torch[-1]}, not the lock's {_locked('torch')})")
     else:
         say(f"image {IMAGE}: PyTorch from PyPI (no CPU wheel in {wheels})")
     run(*build, "-f", "docker/Dockerfile", "-t", IMAGE, ".", cwd=REPO)
