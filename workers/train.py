@@ -15,6 +15,7 @@ from typing import Callable, Iterator, Protocol
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.profiler import record_function
 
 from workers.activations import Activation, learned_parameters
 from workers.data.splits import Splits
@@ -284,11 +285,13 @@ class OneModel:
 
 def train_step(members: Members, x: Tensor, y: Tensor, precision, lr_factor: float) -> Tensor:
     """One optimiser step of every member on its batch; the members' losses (detached)."""
-    with precision:
+    with precision, record_function("train.forward"):  # (phase labels for torch.profiler: docs/speed.md)
         losses = members.losses(x, y)
-    members.zero_grad()
-    losses.sum().backward()  # members' graphs are disjoint: each gets its own gradient
-    members.step(lr_factor)
+    with record_function("train.backward"):
+        members.zero_grad()
+        losses.sum().backward()  # members' graphs are disjoint: each gets its own gradient
+    with record_function("train.optimizer"):
+        members.step(lr_factor)
     return losses.detach()
 
 
@@ -373,10 +376,13 @@ def train_members(members: Members, splits: Splits, *, resume: dict | None = Non
                 "val": (val_x, val_y) if len(val_y) else None,  # (val_size 0: nothing is held out)
                 "test": (test_x, test_y)}
         with precision:
-            evaluated = {name: members.evaluate(*split, top5=first.top5 and name != "train", per_member=False)
-                         for name, split in data.items() if split is not None}
-            stats = members.unit_means(rows(train_x, slice(0, STATS_EXAMPLES))) if first.activation_stats else None
-            noise = noise_robustness(members, test_x, test_y) if epoch == first.epochs else None
+            with record_function("evaluate"):
+                evaluated = {name: members.evaluate(*split, top5=first.top5 and name != "train", per_member=False)
+                             for name, split in data.items() if split is not None}
+            with record_function("unit_statistics"):
+                stats = members.unit_means(rows(train_x, slice(0, STATS_EXAMPLES))) if first.activation_stats else None
+            with record_function("noise_robustness"):
+                noise = noise_robustness(members, test_x, test_y) if epoch == first.epochs else None
         seconds = time.perf_counter() - started
         for j, m in enumerate(members.members):
             metrics = {"epoch": epoch, "train_loss": train_loss[j], "lr": cfgs[m].lr * factor}
