@@ -157,6 +157,13 @@ def check_sweep(env: dict[str, str]) -> dict:
                        headers={"Authorization": f"Bearer {env['ACTSWEEP_API_TOKEN']}"})
     wait_until("the API answering with every dependency up", lambda: api.get("/healthz").json()["status"] == "ok", 600)
     assert api.get("/sweeps").status_code == 200 and httpx.get(f"{api.base_url}/sweeps").status_code == 401  # token
+    # the API answers before the workers have joined (it no longer loads torch), and refuses a sweep
+    # that no node can hold: wait for both workers' CPUs on the head's dashboard
+    ray = {"Authorization": f"Bearer {(HERE / '.secrets' / 'ray_token').read_text()}"}
+    wait_until("both Ray workers joined", lambda: sum(
+        node["state"] == "ALIVE" and node.get("resources_total", {}).get("CPU", 0) > 0
+        for node in httpx.get(f"http://127.0.0.1:{env['DASHBOARD_PORT']}/api/v0/nodes", headers=ray, timeout=10)
+        .json()["data"]["result"]["result"]) >= 2, 600)
     started = time.monotonic()
     sweep = api.post("/sweeps", json=SWEEP)
     assert sweep.status_code == 202, sweep.text
