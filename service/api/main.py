@@ -12,9 +12,9 @@ from service.api.health import HealthProbe
 from service.api.routes import experiments, health, sweeps
 from service.control.jobs import ClusterUnreachable, RayJobs
 from service.control.reconciler import Reconciler
-from service.records import SweepStore
 from service.control.submission import SubmissionError
 from service.control.worker import WORKER
+from service.records import SweepStore
 from service.runs.store import RunStore, RunsUnavailable, configure_mlflow_client
 from service.settings import Settings, get_settings, mask_secrets
 

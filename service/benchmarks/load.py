@@ -24,8 +24,8 @@ from pathlib import Path
 
 import httpx
 
-from service.local_servers import ApiServer, RayNode, free_port
 from service.control.jobs import dashboard_answers, ensure_ray_token
+from service.local_servers import ApiServer, RayNode, free_port
 
 SWEEP = {"experiment": "mnist_classification", "quick": True,
          "overrides": {"dataset": "digits", "val_size": 200, "epochs": 1, "model.depth": 2, "model.width": 32,

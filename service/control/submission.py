@@ -12,10 +12,10 @@ from search_spaces import SpecError, SweepSpec, load_catalog_spec, parse_spec_te
 from service.control.jobs import TERMINAL_JOB_STATES, ClusterUnreachable, RayJobs
 from service.control.reconciler import reconcile
 from service.control.worker import WORKER, WorkerDied
+from service.patience import poll
 from service.records import (TERMINAL_STATES, DuplicateIdempotencyKey, SweepRecord, SweepStore, new_sweep_id,
                              utcnow)
 from service.reporting.aggregate import SweepResults
-from service.patience import poll
 from service.runs.store import RunStore
 from service.settings import Settings, mask_secrets
 

@@ -11,9 +11,9 @@ import signal
 import sys
 
 from search_spaces import SweepSpec
-from service.records import TERMINAL_STATES, SweepStore, utcnow
 from service.driver.sweeps import failure_reason, run_sweep
 from service.driver.trial_states import TrialStateRecorder
+from service.records import TERMINAL_STATES, SweepStore, utcnow
 from service.runs.store import RunStore
 from service.settings import get_settings
 from workers.trial import GridPoint

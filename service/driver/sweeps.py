@@ -16,9 +16,9 @@ import ray
 from ray import tune
 
 from search_spaces import LrSearch, SweepSpec, packs
-from service.lock import environment_lock
 from service.driver.pack_sizing import auto_pack_size
 from service.driver.provenance import code_version, hardware
+from service.lock import environment_lock
 from service.patience import cannot_write
 from service.records import new_sweep_id
 from service.reporting.aggregate import FINAL_METRICS

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from service.records import SweepStore, _database_away
 from service.patience import Outbox
+from service.records import SweepStore, _database_away
 from service.runs.logger import PicklableCallback, member_trial_id
 from service.runs.store import RunStore
 from workers.trial import GridPoint, member_results, members

@@ -16,12 +16,12 @@ from pathlib import Path
 import yaml
 
 from search_spaces import load_spec
+from service.lock import NO_LOCK, environment_lock
 from service.reporting.figures import render_figures
 from service.reporting.paper_table import reported_rows
 from service.reporting.render import render
 from service.reporting.report import family, format_interval, format_value, to_json
 from service.reporting.results import results_from_exports
-from service.lock import NO_LOCK, environment_lock
 from service.runs.exports import ExportError
 
 

@@ -9,8 +9,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
-from service.local_servers import MlflowServer
 from service.driver.sweeps import run_sweep
+from service.local_servers import MlflowServer
 from service.runs.links import experiment_link
 from service.settings import Settings
 from tests.browser import keep_screenshot, load_in_chromium

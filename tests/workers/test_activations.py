@@ -3,8 +3,8 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from workers.activations import Activation, gelu, gelu_tanh, lalu, soi_map
 from workers.activation_defs import accepted_names
+from workers.activations import Activation, gelu, gelu_tanh, lalu, soi_map
 
 GRID = torch.linspace(-6, 6, 2001, dtype=torch.float64)
 

@@ -10,8 +10,8 @@ from service.api.deps import get_jobs, get_settings, get_store, require_token
 from service.api.schemas import SweepCreate, SweepDetail, SweepPage, SweepPublic, TrialPage, TrialPublic
 from service.api.views import to_detail, to_public
 from service.control.jobs import RayJobs
-from service.records import SWEEP_STATES, TRIAL_STATES, SweepStore
 from service.control.submission import SubmissionError, cancel_sweep, get_sweep, submit_sweep, sweep_figures
+from service.records import SWEEP_STATES, TRIAL_STATES, SweepStore
 from service.reporting.render import render
 from service.reporting.report import to_json
 from service.reporting.results import sweep_results

@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.control.jobs import dashboard_answers, ensure_ray_token
 from service.local_servers import ApiServer, RayNode, free_port
 from tests.conftest import new_home
-from service.control.jobs import dashboard_answers, ensure_ray_token
 
 # A sweep that takes seconds: real digits, a small MLP, 2 activations × 2 seeds.
 TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,

@@ -20,8 +20,8 @@ import httpx
 import psutil
 import pytest
 
-from service.local_servers import ApiServer, free_port, sigkill_where
 from service.control.jobs import ray_auth_headers
+from service.local_servers import ApiServer, free_port, sigkill_where
 from service.records import SweepRecord, SweepStore
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 

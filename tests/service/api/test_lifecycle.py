@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.local_servers import ApiServer, free_port
 from service.control.jobs import dashboard_status
 from service.control.local_head import LocalHead
+from service.local_servers import ApiServer, free_port
 from tests.conftest import new_home
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 

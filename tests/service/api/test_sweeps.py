@@ -12,8 +12,8 @@ from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
 from search_spaces.catalog import experiment_names
-from service.local_servers import ApiServer, sigkill_where
 from service.control.jobs import RayJobs
+from service.local_servers import ApiServer, sigkill_where
 from service.records import TERMINAL_STATES, SweepStore
 from service.settings import Settings
 from tests.browser import load_in_chromium

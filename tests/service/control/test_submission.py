@@ -1,10 +1,10 @@
 """What the REST routes do, against a real sweep database and a real (here: unreachable) Ray job API."""
 from __future__ import annotations
 
-from service.local_servers import free_port
 from service.control.jobs import ClusterUnreachable, RayJobs
-from service.records import SweepRecord, SweepStore
 from service.control.reconciler import reconcile
+from service.local_servers import free_port
+from service.records import SweepRecord, SweepStore
 from service.settings import Settings
 
 POINTS = [{"activation": "gelu", "dropout": 0.0, "lr": 0.1, "seed": 0}]

@@ -15,9 +15,9 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
-from service.local_servers import RayNode, free_port
 from service.control.jobs import ensure_ray_token
 from service.driver.sweeps import run_sweep
+from service.local_servers import RayNode, free_port
 from service.settings import Settings
 from workers.checkpoints import STATE_FILE
 

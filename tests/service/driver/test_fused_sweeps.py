@@ -11,9 +11,9 @@ from service.driver.pack_sizing import PackMemoryError
 from service.driver.sweeps import load_splits, run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
+from tests.conftest import ensure_local_ray
 from workers.pack_memory import measure_footprint
 from workers.trial import TrialConfig, members, tune_config
-from tests.conftest import ensure_local_ray
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 

@@ -8,8 +8,8 @@ from search_spaces import load_spec
 from service.driver.sweeps import run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
-from workers.trial import GridPoint, trial_key
 from tests.conftest import ensure_local_ray
+from workers.trial import GridPoint, trial_key
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 

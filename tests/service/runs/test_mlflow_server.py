@@ -5,8 +5,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
-from service.local_servers import mlflow_server
 from service.driver.sweeps import run_sweep
+from service.local_servers import mlflow_server
 from service.reporting.figures import stored_figures
 from service.reporting.render import render
 from service.reporting.results import sweep_results
