@@ -419,12 +419,21 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
 @torch.no_grad()
 def noise_robustness(members: Members, x: Tensor, y: Tensor) -> list[dict[str, float]]:
     """GELU paper §3.1, Fig. 3: per member, test loss and error on x + Unif[−a, a] noise for each a
-    of ``eval_noise``, the noise from a generator of its own (seeded 10,000 + the member's seed)."""
+    of ``eval_noise``, the noise from a generator seeded 10,000 + the member's seed. Members with one
+    seed draw the same noise, so each seed's copy is drawn once, and where all members share a seed
+    (a seed slice) they all read one copy, as they read the test set."""
     cfgs = members.cfgs
-    generators = [torch.Generator().manual_seed(10_000 + cfgs[m].seed) for m in members.members]
+    seeds = [cfgs[m].seed for m in members.members]
+    generators = {seed: torch.Generator().manual_seed(10_000 + seed) for seed in dict.fromkeys(seeds)}
     found: list[dict[str, float]] = [{} for _ in members.members]
     for a in cfgs[0].eval_noise:
-        noise = torch.stack([torch.rand(x.shape, generator=g) * 2 - 1 for g in generators]).to(x.device) * a
-        for j, measured in enumerate(members.evaluate(x.unsqueeze(0) + noise, y, top5=False, per_member=True)):
+        draws = {seed: torch.rand(x.shape, generator=g) * 2 - 1 for seed, g in generators.items()}
+        if len(draws) == 1:
+            (noise,) = draws.values()
+            results = members.evaluate(x + noise.to(x.device) * a, y, top5=False, per_member=False)
+        else:
+            noise = torch.stack([draws[seed] for seed in seeds]).to(x.device) * a
+            results = members.evaluate(x.unsqueeze(0) + noise, y, top5=False, per_member=True)
+        for j, measured in enumerate(results):
             found[j][noise_metric("loss", a)], found[j][noise_metric("error", a)] = measured["loss"], measured["error"]
     return found
