@@ -16,7 +16,7 @@ from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, NonNegativeFlo
 from search_spaces.plan import LrSearch, Plan
 from workers.activation_defs import ActivationError, expand_entry, parse_name
 from workers.registry import DATASETS, FUSABLE_MODELS, MODELS, OWN_VALIDATION
-from workers.trial import GridPoint
+from workers.trial import GridPoint, TrialConfig, members, tune_config
 
 # a canonical activation name (workers.activation_defs): relu, gelu(sigma=0.5), an expression's name;
 # SweepSpec._canonical_activations writes every way of naming one in a spec as this
@@ -568,3 +568,7 @@ class SweepSpec(StrictModel):
             "gpus_per_trial": self.execution.gpus_per_trial,
             "dtype": self.execution.dtype, "compile": self.execution.compile,
         }
+
+    def trial_config(self, point: GridPoint) -> TrialConfig:
+        """The config one trial of the sweep trains with, at ``point`` (as its Tune trial reads it)."""
+        return TrialConfig.from_config(members(tune_config(self.trial_base(), point))[0])

@@ -112,7 +112,7 @@ class MlflowServer:
                 [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
                  "--backend-store-uri", self.backend_uri, "--serve-artifacts", "--artifacts-destination",
                  str(self.artifacts), "--workers", "1"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        if poll(lambda: self.process.poll() is not None or _answers(f"{self.url}/health"), 120, every_s=0.5) \
+        if poll(lambda: self.process.poll() is not None or answers(f"{self.url}/health"), 120, every_s=0.5) \
                 and self.process.poll() is None:
             return self
         raise RuntimeError(f"mlflow server did not start: {self.log.read_text()[-2000:]}")
@@ -181,7 +181,7 @@ class RayNode:
                 self.process.kill()
 
 
-def _answers(url: str, status: int | None = 200) -> bool:
+def answers(url: str, status: int | None = 200) -> bool:
     """Whether ``url`` answers (with ``status``; with anything where that is None)."""
     try:
         answer = httpx.get(url, timeout=2)
@@ -226,7 +226,7 @@ class ApiServer:
         self.process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
                                          "--log-level", "info"], cwd=REPO, env=self.env, stdout=out, stderr=out,
                                         start_new_session=True)
-        if poll(lambda: _answers(f"{self.url}/healthz", status=None), timeout_s, every_s=0.5):
+        if poll(lambda: answers(f"{self.url}/healthz", status=None), timeout_s, every_s=0.5):
             return self
         raise RuntimeError("the API did not start")
 

@@ -17,21 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
+from service.local_servers import answers
 from service.patience import poll
 from service.ports import free_port
 
 IMPORT = ("import resource, service.api.main as main; main.create_app(); "
           "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
-
-
-def _answers(url: str) -> bool:
-    try:
-        httpx.get(url, timeout=5)
-        return True
-    except httpx.HTTPError:
-        return False
 
 
 def measure(checkout: Path, n: int) -> dict:
@@ -43,7 +34,7 @@ def measure(checkout: Path, n: int) -> dict:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     imports, serves, peaks = [], [], []
     try:
-        poll(lambda: _answers(f"http://127.0.0.1:{dashboard}/api/version"), 120)
+        poll(lambda: answers(f"http://127.0.0.1:{dashboard}/api/version", status=None), 120)
         for _ in range(n):
             env = {**environment, "ACTSWEEP_HOME": tempfile.mkdtemp(), "PYTHONPATH": str(checkout),
                    "ACTSWEEP_START_LOCAL_RAY": "false", "ACTSWEEP_RAY_ADDRESS": f"127.0.0.1:{gcs}",
@@ -57,7 +48,8 @@ def measure(checkout: Path, n: int) -> dict:
             start = time.perf_counter()
             serve = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)], cwd=checkout,
                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            answered = poll(lambda: serve.poll() is not None or _answers(f"http://127.0.0.1:{port}/healthz"), 120, 0.05)
+            healthz = f"http://127.0.0.1:{port}/healthz"
+            answered = poll(lambda: serve.poll() is not None or answers(healthz, status=None), 120, 0.05)
             serves.append(time.perf_counter() - start)
             if not answered or serve.poll() is not None:
                 raise SystemExit(f"actsweep serve in {checkout} did not answer")

@@ -26,7 +26,7 @@ from service.benchmarks.speed import flops_per_trial_epoch, matmul_peak
 from service.driver.sweeps import load_splits
 from service.settings import Settings
 from workers.fused import train_pack
-from workers.trial import GridPoint, TrialConfig, members, tune_config
+from workers.trial import GridPoint, TrialConfig
 
 PHASES = ("train.forward", "train.backward", "train.optimizer", "evaluate", "unit_statistics", "noise_robustness")
 
@@ -42,7 +42,7 @@ def pack_configs(count: int, seed_slice: bool = False) -> list[TrialConfig]:
     else:
         points = [GridPoint(activation, 1e-3, 0.0, seed) for activation in ("gelu", "relu", "elu")
                   for seed in range(-(-count // 3))][:count]
-    return [replace(TrialConfig.from_config(members(tune_config(spec.trial_base(), p))[0]), epochs=3) for p in points]
+    return [replace(spec.trial_config(p), epochs=3) for p in points]
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -11,7 +11,7 @@ import ray
 from search_spaces import SweepSpec
 from workers.data import Splits
 from workers.pack_memory import measure_footprint
-from workers.trial import GridPoint, TrialConfig, members, tune_config
+from workers.trial import GridPoint
 
 logger = logging.getLogger("actsweep.sweeps")
 
@@ -54,7 +54,7 @@ def auto_pack_size(spec: SweepSpec, points: list[GridPoint], data: Splits, slots
     budget; packs() then deals the points over the slots. Raises PackMemoryError if none fits."""
     budget = pack_memory_budget(spec, slots) if budget is None else budget
     one_per_activation = list({p.activation: p for p in points}.values())
-    cfgs = [replace(TrialConfig.from_config(members(tune_config(spec.trial_base(), p))[0]), compile=False)
+    cfgs = [replace(spec.trial_config(p), compile=False)
             for p in one_per_activation]  # (compiled steps save fewer tensors: the eager count bounds them)
     footprint = measure_footprint(cfgs, data)
     size = min(256, footprint.largest_pack(budget))

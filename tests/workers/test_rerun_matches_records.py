@@ -26,7 +26,7 @@ from service.settings import Settings
 from tests.conftest import REPO
 from workers.fused import train_pack
 from workers.train import train_epochs
-from workers.trial import GridPoint, TrialConfig, members, tune_config
+from workers.trial import GridPoint, TrialConfig
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def _exported(experiment: str, sweep_id: str) -> dict[tuple, dict[int, dict]]:
 
 def _config(experiment: str, point: GridPoint, exported_row: dict) -> TrialConfig:
     spec = load_spec(experiment)
-    cfg = TrialConfig.from_config(members(tune_config(spec.trial_base(), point))[0])
+    cfg = spec.trial_config(point)
     # the catalog's spec is still the one the record ran: its training settings as the export logged them
     for name in ("batch_size", "optimizer", "epochs"):
         assert str(getattr(cfg, name)) == exported_row[f"param.{name}"], name

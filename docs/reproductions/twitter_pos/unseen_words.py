@@ -20,7 +20,7 @@ from workers.data import load_dataset
 from workers.data.twitter_pos import FILES, read_conll
 from workers.models import build_model
 from workers.train import train_epochs
-from workers.trial import GridPoint, TrialConfig, members, tune_config
+from workers.trial import GridPoint
 
 spec = load_spec("twitter_pos")
 splits = load_dataset("twitter_pos", Path(os.environ.get("ACTSWEEP_DATA_DIR", "data")), False, 0, None,
@@ -31,7 +31,7 @@ unseen = torch.as_tensor([w.lower() not in seen for tweet in read_conll(data / F
 rows = []
 for activation in ["gelu_tanh", "relu", "elu"]:
     for seed in range(3):
-        cfg = TrialConfig.from_config(members(tune_config(spec.trial_base(), GridPoint(activation, 1e-3, 0.2, seed)))[0])
+        cfg = spec.trial_config(GridPoint(activation, 1e-3, 0.2, seed))
         state = {}
         for metrics in train_epochs(cfg, splits, on_state=state.update):
             pass

@@ -13,7 +13,6 @@ from service.reporting.results import sweep_results
 from service.settings import Settings
 from tests.conftest import ensure_local_ray
 from workers.pack_memory import measure_footprint
-from workers.trial import TrialConfig, members, tune_config
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
@@ -71,7 +70,7 @@ def test_auto_packs_hold_what_the_memory_budget_takes(settings):
     """pack_size auto on a budget measured to hold 3 members: 12 points in packs of at most 3."""
     spec = load_spec("mnist_classification", quick=True, overrides={**SMALL, "execution.mode": "fused"})
     data = load_splits(spec, settings)
-    cfgs = [TrialConfig.from_config(members(tune_config(spec.trial_base(), p))[0])
+    cfgs = [spec.trial_config(p)
             for p in ({p.activation: p for p in spec.grid_points()}.values())]
     footprint = measure_footprint(cfgs, data)
     budget_gb = (footprint.bytes(3) + footprint.per_member // 2) / 2 ** 30
