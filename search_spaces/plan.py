@@ -54,11 +54,19 @@ class Plan:
 
 def packs(points: list[GridPoint], pack_size: int, slots: int = 1) -> list[Pack]:
     """Grid points in fused packs of at most ``pack_size``, so that no slot idles while the last pack
-    trains: the number of packs is a multiple of ``slots`` (the packs the cluster runs at once),
-    and the points are dealt to them in turn, so each pack has the same mix of activations (a
-    GELU costs more than a ReLU) and sizes that differ by one at most. Within a pack, members are
-    sorted by activation and lr: one activation kernel and one Adam update per run of them."""
-    ordered = sorted(points, key=lambda p: (p.activation, p.lr, p.dropout, p.seed))
+    trains: the number of packs is a multiple of ``slots`` (the packs the cluster runs at once), and
+    their sizes differ by one at most.
+
+    Members with one seed share a pack where they can: the points are taken seed by seed, in
+    contiguous runs, so a pack holds one seed, or two where a seed's points span two packs. Members
+    with one seed draw one data order and one set of noisy test copies (workers.train), which a
+    pack then draws once. Within a seed the activations come innermost, so each pack has about the
+    same mix of them (an ELU costs more than a ReLU). Within a pack, members are sorted by
+    activation and lr: one activation kernel and one Adam update per run of them."""
+    ordered = sorted(points, key=lambda p: (p.seed, p.lr, p.dropout, p.activation))
     count = -(-len(ordered) // pack_size)
     count = min(len(ordered), -(-count // slots) * slots)
-    return [Pack(tuple(ordered[k::count])) for k in range(count)]
+    size, extra = divmod(len(ordered), count)
+    bounds = [k * size + min(k, extra) for k in range(count + 1)]  # the first `extra` packs one larger
+    return [Pack(tuple(sorted(ordered[start:end], key=lambda p: (p.activation, p.lr, p.dropout, p.seed))))
+            for start, end in zip(bounds, bounds[1:])]

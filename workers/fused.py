@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.adam import adam
 
-from workers.activations import Activation, gelu_tanh, lrelu, soi_map, uniform
+from workers.activations import Activation, elu, elu_into, gelu_tanh, lrelu, soi_map, uniform
 from workers.data.splits import Splits
 from workers.models import build_model
 from workers.registry import FUSABLE_MODELS
@@ -181,7 +181,8 @@ class StackedNet(nn.Module):
         return x
 
 
-# Out-variants of the aten kernels that F.gelu, F.relu, F.elu, ... run forward and backward, per
+# Out-variants of the aten kernels that F.gelu, F.relu, F.elu, ... run forward and backward (ELU forward
+# on the CPU: workers.activations.elu_into, as a trial alone runs it), per
 # activation: (forward(x, out), backward(grad, x, out)). Used by _GroupedActivation.
 _aten = torch.ops.aten
 _INTO: dict[str, tuple[Callable, Callable]] = {
@@ -190,7 +191,7 @@ _INTO: dict[str, tuple[Callable, Callable]] = {
                   lambda g, x, o: _aten.gelu_backward.grad_input(g, x, approximate="tanh", grad_input=o)),
     "relu": (lambda x, o: torch.clamp_min(x, 0, out=o),
              lambda g, x, o: _aten.threshold_backward.grad_input(g, x, 0, grad_input=o)),
-    "elu": (lambda x, o: _aten.elu.out(x, 1.0, 1, 1, out=o),
+    "elu": (lambda x, o: elu_into(x, o) if x.device.type == "cpu" else _aten.elu.out(x, 1.0, 1, 1, out=o),
             lambda g, x, o: _aten.elu_backward.grad_input(g, 1.0, 1, 1, False, x, grad_input=o)),
     "lrelu": (lambda x, o: _aten.leaky_relu.out(x, 0.1, out=o),
               lambda g, x, o: _aten.leaky_relu_backward.grad_input(g, x, 0.1, False, grad_input=o)),
@@ -198,7 +199,7 @@ _INTO: dict[str, tuple[Callable, Callable]] = {
 }
 
 
-_PLAIN: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "relu": F.relu, "elu": F.elu,
+_PLAIN: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "relu": F.relu, "elu": elu,
                                                  "lrelu": lrelu, "silu": F.silu}
 
 

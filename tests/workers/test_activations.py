@@ -1,10 +1,11 @@
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from scipy.stats import norm
 
 from workers.activation_defs import accepted_names
-from workers.activations import Activation, gelu, gelu_tanh, lalu, soi_map
+from workers.activations import Activation, elu, gelu, gelu_tanh, lalu, soi_map
 
 GRID = torch.linspace(-6, 6, 2001, dtype=torch.float64)
 
@@ -74,3 +75,29 @@ def test_unknown_activation_names_the_accepted_ones():
     with pytest.raises(ValueError, match="activation: unknown 'mish'.*gelu_tanh"):
         Activation("mish")
     assert set(accepted_names()) >= {"gelu", "gelu_tanh", "relu", "elu", "silu", "lrelu", "soi", "swish", "prelu"}
+
+
+def test_elu_is_expm1_correctly_rounded_and_one_ulp_from_torch_at_most():
+    x = torch.cat([torch.randn(200_000, generator=torch.Generator().manual_seed(0)) * 4,
+                   torch.tensor([0.0, -0.0, 1e-30, -1e-30, -1e-8, -88.0, float("inf"), float("-inf")])])
+    ours, torchs = elu(x), F.elu(x)
+    # the float64 expm1, rounded once: what a correctly rounded float32 ELU gives
+    expected = torch.where(x.double() > 0, x.double(), torch.expm1(x.double())).float()
+    assert torch.equal(ours, expected)
+    ulp = torch.abs(torch.nextafter(torchs, torch.full_like(torchs, float("inf"))) - torchs)
+    finite = torch.isfinite(torchs)
+    assert ((ours - torchs).abs() <= ulp)[finite].all() and torch.equal(ours[~finite], torchs[~finite])
+    assert 0 < (ours != torchs).float().mean().item() < 0.01  # (0 would mean F.elu is correctly rounded too)
+    assert torch.isnan(elu(torch.tensor([float("nan")]))).all()
+    assert torch.equal(elu(x, alpha=0.5), torch.where(x > 0, x, (0.5 * torch.expm1(x.double())).float()))
+
+
+def test_elu_gradient_is_torchs_and_bf16_stays_bf16():
+    x = (torch.randn(1000, generator=torch.Generator().manual_seed(1)) * 3).requires_grad_()
+    g = torch.randn(1000, generator=torch.Generator().manual_seed(2))
+    (ours,) = torch.autograd.grad(elu(x), x, g)
+    (torchs,) = torch.autograd.grad(F.elu(x), x, g)
+    assert torch.equal(ours, torchs)
+    low = x.detach().bfloat16()
+    assert elu(low).dtype == torch.bfloat16
+    torch.testing.assert_close(elu(low), F.elu(low), rtol=1e-2, atol=1e-2)

@@ -27,7 +27,7 @@ def settings(tmp_path_factory):
     return Settings(home=tmp_path_factory.mktemp("fused"), download=False)
 
 
-def test_packs_are_balanced_and_sorted_by_activation():
+def test_packs_are_balanced_sorted_by_activation_and_formed_by_seed():
     points = load_spec("mnist_classification", quick=True, overrides={**SMALL, "activation": ["relu", "gelu", "elu"]}).grid_points()
     made = packs(points, 5)
     assert [len(p.points) for p in made] == [5, 5, 4, 4]  # 18 points, at most 5 a pack
@@ -37,6 +37,8 @@ def test_packs_are_balanced_and_sorted_by_activation():
     for pack in made:  # each pack: its members sorted, and the same mix of activations
         assert list(pack.points) == sorted(pack.points, key=lambda m: (m.activation, m.lr, m.dropout, m.seed))
         assert {m.activation for m in pack.points} == {"relu", "gelu", "elu"}
+    assert [{m.seed for m in p.points} for p in made] == [{0}, {0, 1}, {1, 2}, {2}]  # 6 points a seed, 5 a pack
+    assert [{m.seed for m in p.points} for p in packs(points, 6)] == [{0}, {1}, {2}]  # a seed a pack
 
 
 def test_every_member_is_its_own_run_with_the_numbers_it_has_alone(settings):
