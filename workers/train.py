@@ -431,9 +431,9 @@ def noise_robustness(members: Members, x: Tensor, y: Tensor) -> list[dict[str, f
         if len(draws) == 1:
             (noise,) = draws.values()
             results = members.evaluate(x + noise.to(x.device) * a, y, top5=False, per_member=False)
-        else:
-            noise = torch.stack([draws[seed] for seed in seeds]).to(x.device) * a
-            results = members.evaluate(x.unsqueeze(0) + noise, y, top5=False, per_member=True)
+        else:  # each seed's noisy copy made once, then one per member
+            copies = {seed: x + noise.to(x.device) * a for seed, noise in draws.items()}
+            results = members.evaluate(torch.stack([copies[seed] for seed in seeds]), y, top5=False, per_member=True)
         for j, measured in enumerate(results):
             found[j][noise_metric("loss", a)], found[j][noise_metric("error", a)] = measured["loss"], measured["error"]
     return found
