@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
+from service.benchmarks import median_seconds
 from workers.models import build_model
 
 MODEL = {"kind": "cifar_shallow", "width": 96, "input_noise": 0.15, "init": "torch_default"}  # cifar10_shallow's
@@ -35,17 +34,6 @@ def _members(p: int) -> list[torch.nn.Module]:
         torch.manual_seed(seed)
         members.append(build_model(MODEL, (3, 16, 16), 10, "relu", 0.5).train())
     return members
-
-
-def _timed(step, rounds: int) -> float:
-    for _ in range(2):  # warm-up: allocator, kernels chosen
-        step()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def alone_step(members, x, y):
@@ -89,8 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
     x, y = torch.randn(args.batch, 3, 16, 16), torch.randint(0, 10, (args.batch,))
     rows = []
     for p in args.members:
-        alone = _timed(alone_step(_members(p), x, y), args.rounds)
-        fused = _timed(vmap_step(_members(p), x, y), args.rounds)
+        alone = median_seconds(alone_step(_members(p), x, y), args.rounds)
+        fused = median_seconds(vmap_step(_members(p), x, y), args.rounds)
         rows.append({"members": p, "alone_step_s": round(alone, 4), "vmap_step_s": round(fused, 4),
                      "vmap_speedup": round(alone / fused, 2)})
     result = {"net": "cifar10_shallow (ShallowCIFARNet, width 96)", "images": "synthetic 3x16x16",

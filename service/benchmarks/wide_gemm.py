@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
 
 import workers.fused
+from service.benchmarks import median_seconds
 from workers.fused import StackedNet, evaluate_pack
 from workers.models import build_model
 from workers.train import EVAL_BATCH
@@ -61,17 +60,6 @@ def _layers(members: int, batch: int) -> dict:
             "params": (weight, bias, laid, laid_bias)}
 
 
-def _timed(call, rounds: int) -> float:
-    for _ in range(3):  # warm-up: allocator, kernels chosen
-        call()
-    times = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def measure(members: int, batch: int, rounds: int = 30) -> dict:
     """The three ways' median seconds for one batch, forward and forward + backward, with GFLOP/s."""
     layers = _layers(members, batch)
@@ -92,7 +80,7 @@ def measure(members: int, batch: int, rounds: int = 30) -> dict:
             for param in params:
                 param.grad = None
 
-        seconds = {"forward": _timed(forward, rounds), "forward_backward": _timed(forward_backward, rounds)}
+        seconds = {"forward": median_seconds(forward, rounds), "forward_backward": median_seconds(forward_backward, rounds)}
         found[name] = {**{f"{k}_ms": round(v * 1e3, 3) for k, v in seconds.items()},
                        "gflops_forward": round(flop / seconds["forward"] / 1e9, 1),
                        "gflops_forward_backward": round(2 * flop / seconds["forward_backward"] / 1e9, 1)}
@@ -117,7 +105,7 @@ def evaluation_seconds(batches: list[int], members: int = 12, examples: int = 10
     try:
         for batch in batches:
             workers.fused.EVAL_BATCH = batch
-            found[batch] = round(_timed(lambda: evaluate_pack(net, list(range(members)), x, y, "classify"), rounds), 3)
+            found[batch] = round(median_seconds(lambda: evaluate_pack(net, list(range(members)), x, y, "classify"), rounds), 3)
     finally:
         workers.fused.EVAL_BATCH = default
     return found
