@@ -427,12 +427,10 @@ def noise_robustness(members: Members, x: Tensor, y: Tensor) -> list[dict[str, f
     generators = {seed: torch.Generator().manual_seed(10_000 + seed) for seed in dict.fromkeys(seeds)}
     found: list[dict[str, float]] = [{} for _ in members.members]
     for a in cfgs[0].eval_noise:
-        draws = {seed: torch.rand(x.shape, generator=g) * 2 - 1 for seed, g in generators.items()}
-        if len(draws) == 1:
-            (noise,) = draws.values()
-            results = members.evaluate(x + noise.to(x.device) * a, y, top5=False, per_member=False)
-        else:  # each seed's noisy copy made once, then one per member
-            copies = {seed: x + noise.to(x.device) * a for seed, noise in draws.items()}
+        copies = {seed: x + (torch.rand(x.shape, generator=g) * 2 - 1).to(x.device) * a for seed, g in generators.items()}
+        if len(copies) == 1:  # one seed: every member reads one copy, as it reads the test set
+            results = members.evaluate(*copies.values(), y, top5=False, per_member=False)
+        else:  # one copy per member, each seed's made once
             results = members.evaluate(torch.stack([copies[seed] for seed in seeds]), y, top5=False, per_member=True)
         for j, measured in enumerate(results):
             found[j][noise_metric("loss", a)], found[j][noise_metric("error", a)] = measured["loss"], measured["error"]
