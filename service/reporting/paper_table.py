@@ -95,7 +95,8 @@ def _seed_values(runs: pd.DataFrame, activation: str, dropout: float, lr: float,
                 & (runs["status"] == "FINISHED") & ~runs["diverged"].astype(bool)]
     if metric not in mine:
         return {}
-    return {int(r.seed): float(getattr(r, metric)) for r in mine.itertuples() if not pd.isna(getattr(r, metric))}
+    kept = mine[mine[metric].notna()]
+    return {int(seed): float(value) for seed, value in zip(kept["seed"], kept[metric])}
 
 
 def chosen_configs(table: pd.DataFrame, spec: dict) -> pd.DataFrame:
@@ -247,9 +248,9 @@ def claim_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> list[
 
 
 def _rows_at(runs: pd.DataFrame, table: pd.DataFrame, lr: float, dropout: float, metric: str) -> list[ReportedRow]:
-    rows = []
+    rows, grid = [], runs[runs["phase"] == "grid"]
     for config in table[(table["lr"] == lr) & (table["dropout"] == dropout)].itertuples():
-        per_seed = _seed_values(runs[runs["phase"] == "grid"], config.activation, dropout, lr, metric)
+        per_seed = _seed_values(grid, config.activation, dropout, lr, metric)
         median, low, high, coverage = median_with_interval(list(per_seed.values()))
         diverged = bool(config.n_diverged > config.n_seeds)
         rows.append(ReportedRow(config.activation, float(dropout), None if diverged else float(lr), metric, median, low,

@@ -23,6 +23,7 @@ initialisation stream, the data order and the dropout masks (Bouthillier et al.,
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -48,9 +49,25 @@ def _clean(values) -> np.ndarray:
     return data[~np.isnan(data)]
 
 
+# Intervals, tests and power take a handful of distinct (n, level) pairs, and a report or a simulation
+# asks for them thousands of times: scipy's distribution objects spend ~0.1 ms per call checking their
+# arguments, so the values that depend only on counts are cached and power is searched with array calls
+# (the same ufuncs, element by element: the same bits as one call per value).
+
+@functools.lru_cache(maxsize=None)
 def order_statistic_coverage(n: int, k: int) -> float:
     """The coverage of [x_(k), x_(n+1-k)] for the median of a continuous distribution."""
     return float(1 - 2 * stats.binom.cdf(k - 1, n, 0.5))
+
+
+@functools.lru_cache(maxsize=None)
+def _t_quantile(q: float, df: int) -> float:
+    return float(stats.t.ppf(q, df))
+
+
+@functools.lru_cache(maxsize=None)
+def _normal_quantile(q: float) -> float:
+    return float(stats.norm.ppf(q))
 
 
 def median_interval(values, level: float = 0.95) -> tuple[float, Interval]:
@@ -76,10 +93,11 @@ def t_interval(differences, level: float = 0.95) -> Interval:
     d = _clean(differences)
     if len(d) < 2:
         return Interval(math.nan, math.nan, 0.0, "t")
-    half = stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+    half = _t_quantile(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
     return Interval(float(d.mean() - half), float(d.mean() + half), level, "t")
 
 
+@functools.lru_cache(maxsize=4096)
 def clopper_pearson(successes: float, n: int, level: float = 0.95) -> Interval:
     """The exact binomial interval of a proportion (its coverage is at least ``level``)."""
     if n == 0:
@@ -123,22 +141,33 @@ def seeds_needed(effect: float, spread: float, alpha: float = ALPHA, power: floa
         return 2
     size = abs(effect) / spread
 
-    def enough(n: int) -> bool:
-        df, critical, noncentrality = n - 1, stats.t.ppf(1 - alpha / 2, n - 1), size * math.sqrt(n)
-        other_tail = stats.nct.cdf(-critical, df, noncentrality)  # (NaN where it underflows)
-        return stats.nct.sf(critical, df, noncentrality) + (0.0 if math.isnan(other_tail) else other_tail) >= power
+    def enough(ns: np.ndarray) -> np.ndarray:
+        df = ns - 1
+        critical = np.array([_t_quantile(1 - alpha / 2, int(k)) for k in df])
+        noncentrality = size * np.sqrt(ns)
+        other_tail = np.nan_to_num(stats.nct.cdf(-critical, df, noncentrality), nan=0.0)  # (NaN where it underflows)
+        return stats.nct.sf(critical, df, noncentrality) + other_tail >= power
 
-    if not enough(most):
+    if not enough(np.array([most]))[0]:
         return None
-    low, high = 1, most  # power grows with n: the first n that is enough, by bisection
+    # power grows with n: the first n that is enough. The normal approximation puts it within a few
+    # seeds of n_z = ((z_(1-alpha/2) + z_power) / size)^2 + 1, so one array call over a window around
+    # n_z finds it; where the window misses, bisection over [1, most] does.
+    guess = ((_normal_quantile(1 - alpha / 2) + _normal_quantile(power)) / size) ** 2 + 1 if size > 0 else most
+    window = np.arange(max(1, int(guess) - 6), min(most, int(guess) + 6) + 1)
+    hits = enough(window)
+    if len(window) > 1 and hits.any() and (window[0] == 1 or not hits[0]):
+        return int(window[np.argmax(hits)])
+    low, high = 1, most
     while high - low > 1:
         middle = (low + high) // 2
-        low, high = (low, middle) if enough(middle) else (middle, high)
+        low, high = (low, middle) if enough(np.array([middle]))[0] else (middle, high)
     return high
 
 
 # -- group-sequential looks ----------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=4096)  # (the looks of a family ask again for the same fractions and shares)
 def obrien_fleming_spent(fraction: float, alpha: float = ALPHA) -> float:
     """Lan–DeMets O'Brien–Fleming-type spending: the alpha spent by information ``fraction``."""
     if fraction <= 0:
