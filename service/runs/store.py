@@ -66,18 +66,30 @@ class RunsUnavailable(RuntimeError):
     """The MLflow store did not answer (a server down, a database unreachable): not a verdict on any run."""
 
 
+# A server that is away: refused, timed out, or gone mid-answer (killed while it sent a response:
+# requests raises ChunkedEncodingError, which is no ConnectionError)
+_NO_ANSWER = (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+              requests.exceptions.ChunkedEncodingError)
+
+
+def _chain(exc: BaseException):
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
 def _unreachable(exc: Exception) -> bool:
     if cannot_write(exc):  # (MLflow reports any database error as TEMPORARILY_UNAVAILABLE, a full disk too)
         return False
-    if isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
+    if isinstance(exc, _NO_ANSWER):
         return True
     if isinstance(exc, OperationalError):  # a database that is away (not one that is full)
         return is_outage(exc)
-    if isinstance(exc, MlflowException):
+    if isinstance(exc, MlflowException):  # (MLflow's REST client wraps the requests error it met)
         text = str(exc)
-        return exc.error_code == "TEMPORARILY_UNAVAILABLE" or any(
+        return exc.error_code == "TEMPORARILY_UNAVAILABLE" or any(isinstance(e, _NO_ANSWER) for e in _chain(exc)) or any(
             sign in text for sign in ("Max retries exceeded", "Connection refused", "ConnectionError", "timed out",
-                                      "unable to open database", "could not connect"))
+                                      "Connection broken", "unable to open database", "could not connect"))
     return False
 
 

@@ -1,5 +1,6 @@
-"""Outages that lose nothing: the MLflow server, then the sweep database (PostgreSQL), killed by pid
-for 30 s in the middle of a sweep run through the real API on a real Ray head."""
+"""Outages that lose nothing: the MLflow server and the sweep database (PostgreSQL), each killed by
+pid for 30 s in the middle of one sweep run through the real API on a real Ray head. The outages
+overlap: MLflow alone for 15 s, both for 15 s, then the database alone for 15 s."""
 from __future__ import annotations
 
 import time
@@ -12,8 +13,9 @@ from service.local_servers import ApiServer, MlflowServer, PostgresServer
 from service.records import SweepStore
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
-OUTAGE_S = 30
-EPOCHS = 300  # 4 trials × 300 epochs of a tiny MLP: long enough to span the outage
+OUTAGE_S = 30  # each server is down this long
+OVERLAP_S = 15  # the sweep database goes down this long after MLflow, while MLflow is still down
+EPOCHS = 400  # 4 trials × 400 epochs of a tiny MLP: long enough to span both outages
 
 
 def _epochs_done(client: httpx.Client, sweep_id: str) -> int:
@@ -30,70 +32,66 @@ def _epochs_between(histories: list[list], start_s: float, end_s: float) -> int:
     return sum(start_s * 1000 <= m.timestamp <= end_s * 1000 for history in histories for m in history)
 
 
-@pytest.mark.timeout(300)  # an API, a sweep of 1,200 trial-epochs and a 30 s outage
-def test_mlflow_down_for_30_s_mid_sweep_loses_no_epoch(ray_head, tmp_path):
+def _reads_until(client: httpx.Client, sweep_id: str, until: float) -> list[httpx.Response]:
+    answers = []
+    while time.monotonic() < until:
+        answers.append(client.get(f"/sweeps/{sweep_id}"))
+        time.sleep(2)
+    return answers
+
+
+@pytest.mark.timeout(300)  # an API, a sweep of 1,600 trial-epochs and 45 s of outages
+def test_mlflow_and_the_sweep_database_down_for_30_s_each_mid_sweep_lose_nothing(ray_head, tmp_path):
+    postgres = PostgresServer(("actsweep",))
+    url = postgres.urls["actsweep"]
     mlflow = MlflowServer(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", tmp_path / "mlflow.log").start()
-    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_TRACKING_URI=mlflow.url), log=tmp_path / "api.log").start()
+    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_TRACKING_URI=mlflow.url, ACTSWEEP_DATABASE_URL=url),
+                       log=tmp_path / "api.log").start()
     try:
         with server.client() as client:
             sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
                                                  "overrides": {**TINY, "epochs": EPOCHS}}).json()
             wait_for(client, sweep["id"], lambda r: r["progress"]["trial_epochs_done"] >= 40, timeout=300)
+            # MLflow down: the API still answers, and the trials' states keep coming
             mlflow.kill()
-            killed_at, at_kill = time.time(), _epochs_done(client, sweep["id"])
-            time.sleep(OUTAGE_S)
-            during = _epochs_done(client, sweep["id"])
-            back_at = time.time()
+            mlflow_killed, mlflow_down_at = time.time(), time.monotonic()
+            at_mlflow_kill = _epochs_done(client, sweep["id"])
+            time.sleep(OVERLAP_S - 1)
+            while_mlflow_down = _epochs_done(client, sweep["id"])
+            time.sleep(max(0.0, mlflow_down_at + OVERLAP_S - time.monotonic()))
+            # the sweep database down too: every read is a 503 naming it
+            postgres.kill()
+            database_killed, database_down_at = time.time(), time.monotonic()
+            answers = _reads_until(client, sweep["id"], mlflow_down_at + OUTAGE_S)
+            mlflow_back = time.time()
             mlflow.start()
+            answers += _reads_until(client, sweep["id"], database_down_at + OUTAGE_S)
+            database_back = time.time()
+            postgres.start()
             done = wait_for(client, sweep["id"], finished, timeout=600)
+        # the sweep database: 503s while it was away, then every state reconciled
+        codes = {answer.status_code for answer in answers}
+        assert codes == {503} and all("sweep database" in answer.text for answer in answers), codes
         assert done["state"] == "succeeded", done["error"]
-        assert during > at_kill + 20  # the trials kept training, and their states kept coming, while MLflow was away
-        client = MlflowClient(mlflow.url)
-        runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                                  f"tags.sweep_id = '{sweep['id']}'")
+        assert [(t["state"], t["epoch"]) for t in done["trials"]] == [("succeeded", EPOCHS)] * 4
+        assert SweepStore(url).get(sweep["id"]).state == "succeeded"
+        # MLflow: the trials kept training while it was away, and every epoch reached it once it was back
+        assert while_mlflow_down > at_mlflow_kill + 20
+        mlflow_client = MlflowClient(mlflow.url)
+        runs = mlflow_client.search_runs([e.experiment_id for e in mlflow_client.search_experiments()],
+                                         f"tags.sweep_id = '{sweep['id']}'")
         assert len(runs) == 5 and {r.info.status for r in runs} == {"FINISHED"}  # 4 trials and the sweep
-        histories = _trial_histories(client, sweep["id"])
+        histories = _trial_histories(mlflow_client, sweep["id"])
         assert [[m.step for m in h] for h in histories] == [list(range(1, EPOCHS + 1))] * 4  # every epoch, once
-        buffered = _epochs_between(histories, killed_at, back_at)
-        assert buffered > 20
-        print(f"MLflow killed by pid at {at_kill} trial-epochs and down {OUTAGE_S} s; {buffered} epochs trained "
-              f"meanwhile were kept and sent once it was back; all {4 * EPOCHS} epochs of the 4 trials in MLflow, "
-              f"each once, every run FINISHED")
+        kept_through_mlflow = _epochs_between(histories, mlflow_killed, mlflow_back)
+        trained_through_database = _epochs_between(histories, database_killed, database_back)
+        assert kept_through_mlflow > 20 and trained_through_database > 20
+        print(f"MLflow killed by pid at {at_mlflow_kill} trial-epochs and down {OUTAGE_S} s: {kept_through_mlflow} "
+              f"epochs trained meanwhile were kept and sent once it was back. PostgreSQL killed {OVERLAP_S} s later "
+              f"for {OUTAGE_S} s: {len(answers)} reads answered {sorted(codes)}; {trained_through_database} "
+              f"trial-epochs trained meanwhile. All {4 * EPOCHS} epochs of the 4 trials in MLflow, each once, every "
+              f"run FINISHED; the sweep ended succeeded with every trial at epoch {EPOCHS}")
     finally:
         server.stop()
         mlflow.stop()
-
-
-def test_the_sweep_database_down_for_30_s_mid_sweep_is_503s_then_reconciled(ray_head, tmp_path):
-    postgres = PostgresServer(("actsweep",))
-    url = postgres.urls["actsweep"]
-    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_DATABASE_URL=url), log=tmp_path / "api.log").start()
-    try:
-        with server.client() as client:
-            sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
-                                                 "overrides": {**TINY, "epochs": EPOCHS}}).json()
-            wait_for(client, sweep["id"], lambda r: r["progress"]["trial_epochs_done"] >= 40, timeout=300)
-            at_kill_epochs = _epochs_done(client, sweep["id"])
-            postgres.kill()
-            at_kill, killed_at = time.monotonic(), time.time()
-            answers = []
-            while time.monotonic() - at_kill < OUTAGE_S:
-                answers.append(client.get(f"/sweeps/{sweep['id']}"))
-                time.sleep(2)
-            back_at = time.time()
-            postgres.start()
-            done = wait_for(client, sweep["id"], finished, timeout=600)
-        codes = {answer.status_code for answer in answers}
-        assert codes == {503} and all("sweep database" in answer.text for answer in answers)
-        assert done["state"] == "succeeded", done["error"]
-        assert [(t["state"], t["epoch"]) for t in done["trials"]] == [("succeeded", EPOCHS)] * 4
-        trained = _epochs_between(_trial_histories(MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}"),
-                                                   sweep["id"]), killed_at, back_at)
-        assert trained > 20  # the trials trained on while the database was away
-        assert SweepStore(url).get(sweep["id"]).state == "succeeded"
-        print(f"PostgreSQL killed at {at_kill_epochs} trial-epochs for {OUTAGE_S} s: {len(answers)} reads answered "
-              f"{sorted(codes)}; {trained} trial-epochs trained meanwhile; the sweep ended succeeded "
-              f"with every trial at epoch {EPOCHS}")
-    finally:
-        server.stop()
         postgres.stop()

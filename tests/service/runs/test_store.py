@@ -125,3 +125,37 @@ def test_a_planted_or_relabelled_run_is_never_reused(runs):
     RunStore(runs.tracking_uri, b"another secret").sign(planted, "k5")
     assert runs.finished_with_key("k5").info.run_id == honest
     assert RunStore(runs.tracking_uri).finished_with_key("k5") is None  # no secret: no reuse at all
+
+
+def test_a_server_that_dies_mid_answer_is_an_outage_not_a_failure(monkeypatch):
+    """A tracking server killed while it sends a response: the client reads a broken chunked body
+    (requests' ChunkedEncodingError, inside MLflow's exception). That is the store not answering, which a
+    driver waits out, not an error that fails the sweep (seen when an outage test killed MLflow by pid)."""
+    import socket
+    import threading
+
+    from service.runs.store import RunsUnavailable
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    listener = socket.create_server(("127.0.0.1", 0))
+    answered = []
+
+    def half_answer():  # the headers of a chunked answer, then the connection closed before its body ends
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         b"10\r\n{\"experiments\"")
+            answered.append(conn)
+            conn.close()
+
+    threading.Thread(target=half_answer, daemon=True).start()
+    try:
+        with pytest.raises(RunsUnavailable, match="did not answer"):
+            RunStore(f"http://127.0.0.1:{listener.getsockname()[1]}").ping()
+    finally:
+        listener.close()
+    assert answered  # the request reached the server, which died mid-answer
