@@ -81,15 +81,15 @@ def _chain(exc: BaseException):
 def _unreachable(exc: Exception) -> bool:
     if cannot_write(exc):  # (MLflow reports any database error as TEMPORARILY_UNAVAILABLE, a full disk too)
         return False
-    if isinstance(exc, _NO_ANSWER):
+    if any(isinstance(e, _NO_ANSWER) for e in _chain(exc)):  # (MLflow's REST client wraps the error it met)
         return True
     if isinstance(exc, OperationalError):  # a database that is away (not one that is full)
         return is_outage(exc)
-    if isinstance(exc, MlflowException):  # (MLflow's REST client wraps the requests error it met)
+    if isinstance(exc, MlflowException):
         text = str(exc)
-        return exc.error_code == "TEMPORARILY_UNAVAILABLE" or any(isinstance(e, _NO_ANSWER) for e in _chain(exc)) or any(
+        return exc.error_code == "TEMPORARILY_UNAVAILABLE" or any(
             sign in text for sign in ("Max retries exceeded", "Connection refused", "ConnectionError", "timed out",
-                                      "Connection broken", "unable to open database", "could not connect"))
+                                      "unable to open database", "could not connect"))
     return False
 
 
