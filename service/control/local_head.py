@@ -115,7 +115,14 @@ def start_head(settings: Settings, dashboard_url: str | None, ray_cli: str) -> L
     return head
 
 
-def stop_head(head: LocalHead, settings: Settings, grace_s: float = 15.0) -> int:
+# Ray's own `ray start --block` gives each of its processes a second to exit on SIGTERM before
+# SIGKILL (ray._private.node). Its GCS, told to stop, waits on flushing events to agents that are
+# already gone and outlasts any grace (15 s here held every `actsweep stop` for 15 s); a head being
+# discarded holds nothing a graceful exit would save.
+STOP_GRACE_S = 2.0
+
+
+def stop_head(head: LocalHead, settings: Settings, grace_s: float = STOP_GRACE_S) -> int:
     """End the head's processes (SIGTERM, then SIGKILL after ``grace_s``) and forget it; how many
     processes there were. Other Rays on the machine are untouched (``ray stop`` would end them all)."""
     processes = head.processes()
@@ -130,7 +137,7 @@ def stop_head(head: LocalHead, settings: Settings, grace_s: float = 15.0) -> int
             process.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(alive, timeout=grace_s)
+    psutil.wait_procs(alive, timeout=30)
     head_file(settings).unlink(missing_ok=True)
     return len(processes)
 

@@ -1,7 +1,7 @@
 """The UIs a user opens on a sweep, looked at as a user does, in headless Chromium: MLflow's UI
 (a real ``mlflow server`` on the sweep's store) opens on the training runs comparing GELU, ReLU,
 ELU and SOI, each named by its grid point and showing its dataset (Ray's dashboard:
-tests/service/api/test_dashboard.py). The screenshot in docs/observing.md is the one this test
+tests/service/api/test_sweeps.py). The screenshot in docs/observing.md is the one this test
 takes (ACTSWEEP_UPDATE_SCREENSHOTS=1 writes it there)."""
 from __future__ import annotations
 

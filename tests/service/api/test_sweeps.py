@@ -12,11 +12,11 @@ from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
 from search_spaces.catalog import experiment_names
-from service.control.jobs import RayJobs
+from service.control.jobs import RayJobs, ray_auth_headers
 from service.local_servers import ApiServer, sigkill_where
 from service.records import TERMINAL_STATES, SweepStore
 from service.settings import Settings
-from tests.browser import load_in_chromium
+from tests.browser import HeaderProxy, keep_screenshot, load_in_chromium
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
 
@@ -109,6 +109,22 @@ def test_html_report_loads_in_headless_chromium(server, tiny_sweep, tmp_path):
     assert len(images) == 4  # the activations (f, f′), curves of train_loss_eval (the headline) and val_loss, robustness
     assert all('data-loaded="yes"' in image for image in images), images
     assert screenshot.stat().st_size > 20_000
+
+
+def test_the_ray_dashboard_lists_the_sweeps_driver_as_a_job_named_after_it(tiny_sweep, tmp_path):
+    """Ray's dashboard in headless Chromium, as a user looks at it: its Jobs page lists the sweep's
+    driver as a job named after the sweep. The screenshot in docs/observing.md is the one this test
+    takes (ACTSWEEP_UPDATE_SCREENSHOTS=1 writes it there)."""
+    sweep, done = tiny_sweep
+    proxy = HeaderProxy(done["links"]["ray_dashboard"], ray_auth_headers())  # (the token a user types in once)
+    try:
+        dom, screenshot = load_in_chromium(f"{proxy.url}/#/jobs", tmp_path, size="1600,900")
+    finally:
+        proxy.close()
+    assert f"actsweep-{sweep['id']}" in dom, "the sweep's job is not on the dashboard's Jobs page"
+    assert f"actsweep mnist_classification {sweep['id']}" in dom  # the Name column: the job_name in its metadata
+    assert f"service.driver {sweep['id']}" in dom  # its entrypoint: the sweep's driver
+    keep_screenshot(screenshot, "ray_jobs.png")
 
 
 def test_a_fused_sweep_lists_every_member_as_its_own_trial(server):
