@@ -10,16 +10,14 @@ from rich.console import Console
 from rich.table import Table
 
 from search_spaces import SpecError, catalog, load_spec, parse_set_options
-from service.reporting.render import FORMATS, render
-from service.reporting.results import sweep_results
-from service.runs.exports import ExportError
-from service.runs.links import experiment_link
-from service.runs.store import RunStore, RunsUnavailable, SweepNotFound, configure_mlflow_client
+from service.reporting import FORMATS
 from service.settings import get_settings
 from workers.activation_defs import ActivationError, parse_name
 from workers.data import DatasetNotFound
 
-USER_ERRORS = (SpecError, DatasetNotFound, SweepNotFound, ExportError, ActivationError)
+# Each command imports the MLflow, pandas and scipy side where it needs it (2.3 CPU-s): `--help`,
+# `stop`, `experiments` and the API's worker process (which imports this module again) go without.
+USER_ERRORS = (SpecError, DatasetNotFound, ActivationError)  # exit code 2 (and the MLflow side's in main)
 
 
 def cmd_experiments(args) -> int:
@@ -98,6 +96,9 @@ def cmd_run(args) -> int:
     from service.driver.progress import LiveProgress
     from service.driver.sweeps import connect_ray, load_splits, run_sweep
     from service.records import new_sweep_id
+    from service.reporting.render import render
+    from service.reporting.results import sweep_results
+    from service.runs.links import experiment_link
 
     splits = load_splits(spec, settings)
     console = Console(stderr=True, soft_wrap=True)
@@ -134,6 +135,10 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from service.reporting.render import render
+    from service.reporting.results import sweep_results
+    from service.runs.store import RunStore
+
     settings = get_settings()
     if args.from_export:
         from service.reporting.results import parse_spec_option, results_from_exports
@@ -177,6 +182,7 @@ def cmd_record(args) -> int:
 
 def cmd_export(args) -> int:
     from service.runs.exports import export_sweep
+    from service.runs.store import RunStore
 
     for path in export_sweep(RunStore(get_settings().resolved_tracking_uri), args.sweep_id, Path(args.out), args.format):
         print(path)
@@ -329,19 +335,32 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["bench", "--", *argv[1:]]
     args = build_parser().parse_args(argv)
     if args.command in ("report", "export"):
+        from service.runs.store import configure_mlflow_client
+
         settings = get_settings()
         configure_mlflow_client(settings.mlflow_http_retries, settings.mlflow_http_timeout_s)
     try:
         return args.handler(args)
     except USER_ERRORS as exc:
-        print(f"actsweep: error: {exc}", file=sys.stderr)
-        return 2
-    except RunsUnavailable as exc:  # no verdict on any sweep: say which store, and that nothing was changed
+        return _user_error(exc)
+    except Exception as exc:
+        # The MLflow side's errors, imported only now: a command that can raise them has imported them.
+        from service.runs.exports import ExportError
+        from service.runs.store import RunsUnavailable, SweepNotFound
         from service.settings import mask_secrets
 
-        print(f"actsweep: the MLflow store at {mask_secrets(get_settings().resolved_tracking_uri)} did not answer "
-              f"({exc}); nothing was changed, try again later", file=sys.stderr)
-        return 3
+        if isinstance(exc, (SweepNotFound, ExportError)):
+            return _user_error(exc)
+        if isinstance(exc, RunsUnavailable):  # no verdict on any sweep: say which store, and that nothing changed
+            print(f"actsweep: the MLflow store at {mask_secrets(get_settings().resolved_tracking_uri)} did not answer "
+                  f"({exc}); nothing was changed, try again later", file=sys.stderr)
+            return 3
+        raise
+
+
+def _user_error(exc: Exception) -> int:
+    print(f"actsweep: error: {exc}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

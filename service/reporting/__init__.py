@@ -3,3 +3,5 @@ terms and verdicts (paper_table; a sweep's claims as one family: family, over th
 until decided: sequential), Markdown/CSV/JSON (report) and HTML (html), in a format by name
 (render), figures, and the reproduction record built from exports (record). Runs come from
 service.runs."""
+
+FORMATS = ("md", "csv", "json", "html")  # a report's formats, by name (render)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
+from service.reporting import FORMATS
 from service.reporting.aggregate import SweepResults
 from service.reporting.html import to_html
 from service.reporting.report import to_json, to_markdown
-
-FORMATS = ("md", "csv", "json", "html")
 
 
 def render(results: SweepResults, fmt: str, figures: dict[str, bytes] | None = None,

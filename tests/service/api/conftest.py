@@ -41,8 +41,9 @@ def api_env(tmp_path: Path, ray_head: dict, **extra: str) -> dict[str, str]:
             "ACTSWEEP_START_LOCAL_RAY": "false", **extra}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(ray_head, tmp_path_factory):
+    """One API server (and its worker process) for every module's tests that need no server of their own."""
     api = ApiServer(api_env(tmp_path_factory.mktemp("api"), ray_head)).start()
     yield api
     api.stop()
