@@ -10,11 +10,7 @@ import pytest
 
 from service.control.jobs import dashboard_answers, ensure_ray_token
 from service.local_servers import ApiServer, RayNode, free_port
-from tests.conftest import new_home
-
-# A sweep that takes seconds: real digits, a small MLP, 2 activations × 2 seeds.
-TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
-        "activation": ["gelu", "relu"], "lr": [0.01], "dropout": 0, "seeds": 2}
+from tests.conftest import SIDE_BY_SIDE, TINY, new_home  # noqa: F401 (the API tests take them from here)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from service.local_servers import ApiServer
 from service.records import SweepStore
-from tests.service.api.conftest import TINY, api_env, finished, wait_for
+from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_a_full_disk_fails_the_sweep_clearly_and_loses_no_record(ray_head, small
     try:
         with server.client() as client:
             sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
-                                                 "overrides": {**TINY, "epochs": 2000}}).json()
+                                                 "overrides": {**TINY, **SIDE_BY_SIDE, "epochs": 2000}}).json()
             wait_for(client, sweep["id"], lambda r: r["progress"]["trial_epochs_done"] >= 20, timeout=300)
             filled = _fill(small_disk)
             started = time.monotonic()

@@ -23,7 +23,7 @@ import pytest
 from service.control.jobs import ray_auth_headers
 from service.local_servers import ApiServer, free_port, sigkill_where
 from service.records import SweepRecord, SweepStore
-from tests.service.api.conftest import TINY, api_env, finished, wait_for
+from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 SPEC_FILE = REPO / "search_spaces" / "mnist_classification.yaml"
@@ -274,7 +274,7 @@ def test_stopping_the_api_group_leaves_its_ray_head_and_sweeps_alive(tmp_path):
     try:
         with first.client() as client:
             sweep = client.post("/sweeps", json={"experiment": "mnist_classification",
-                                                 "overrides": {**TINY, "epochs": 40}}).json()
+                                                 "overrides": {**TINY, **SIDE_BY_SIDE, "epochs": 40}}).json()
             wait_for(client, sweep["id"], lambda r: r["progress"]["trial_epochs_done"] >= 2, timeout=180)
         first.stop_group(signal.SIGINT)  # Ctrl-C reaches every process of the API's group
         assert httpx.get(f"{dashboard}/api/version", headers=ray_auth_headers(), timeout=5).status_code == 200

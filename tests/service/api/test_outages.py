@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from service.local_servers import ApiServer, MlflowServer, PostgresServer
 from service.records import SweepStore
-from tests.service.api.conftest import TINY, api_env, finished, wait_for
+from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for
 
 OUTAGE_S = 30  # each server is down this long
 OVERLAP_S = 15  # the sweep database goes down this long after MLflow, while MLflow is still down
@@ -50,7 +50,7 @@ def test_mlflow_and_the_sweep_database_down_for_30_s_each_mid_sweep_lose_nothing
     try:
         with server.client() as client:
             sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
-                                                 "overrides": {**TINY, "epochs": EPOCHS}}).json()
+                                                 "overrides": {**TINY, **SIDE_BY_SIDE, "epochs": EPOCHS}}).json()
             wait_for(client, sweep["id"], lambda r: r["progress"]["trial_epochs_done"] >= 40, timeout=300)
             # MLflow down: the API still answers, and the trials' states keep coming
             mlflow.kill()

@@ -17,7 +17,7 @@ from service.local_servers import ApiServer, sigkill_where
 from service.records import TERMINAL_STATES, SweepStore
 from service.settings import Settings
 from tests.browser import HeaderProxy, keep_screenshot, load_in_chromium
-from tests.service.api.conftest import TINY, api_env, finished, wait_for
+from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for
 
 
 def _mlflow(server: ApiServer) -> MlflowClient:
@@ -165,7 +165,7 @@ def test_repeated_idempotency_key_returns_the_first_sweep_and_finished_trials_ar
 
 
 def test_cancel_stops_running_trials_and_keeps_finished_ones(server):
-    long = {**TINY, "epochs": 150, "seeds": 4, "activation": ["gelu"]}
+    long = {**TINY, **SIDE_BY_SIDE, "epochs": 150, "seeds": 4, "activation": ["gelu"]}
     with server.client() as client:
         sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "overrides": long}).json()
         record = wait_for(client, sweep["id"], lambda r: r["progress"]["trials_done"] >= 1
@@ -189,7 +189,7 @@ def test_cancel_stops_running_trials_and_keeps_finished_ones(server):
 def test_sweep_survives_an_api_restart(ray_head, tmp_path):
     env = api_env(tmp_path, ray_head)
     first = ApiServer(env).start()
-    body = {"experiment": "mnist_classification", "overrides": {**TINY, "epochs": 60, "seeds": 3}}
+    body = {"experiment": "mnist_classification", "overrides": {**TINY, **SIDE_BY_SIDE, "epochs": 60, "seeds": 3}}
     with first.client() as client:
         sweep = client.post("/sweeps", json=body).json()
         before = wait_for(client, sweep["id"], lambda r: r["state"] == "running", timeout=120)
@@ -316,7 +316,7 @@ def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, 
     """Two API processes on one sweep database; the driver is killed and nobody reads the sweep: the
     reconciler that holds the lease restarts it once, and the sweep resumes where it stood."""
     epochs = 150
-    body = {"experiment": "mnist_classification", "overrides": {**TINY, "epochs": epochs, "execution.rerun": True}}
+    body = {"experiment": "mnist_classification", "overrides": {**TINY, **SIDE_BY_SIDE, "epochs": epochs, "execution.rerun": True}}
     replica = ApiServer(server.env, log=tmp_path / "replica.log").start()
     store = SweepStore(f"sqlite:///{server.env['ACTSWEEP_HOME']}/sweeps.db")
     try:

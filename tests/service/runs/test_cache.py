@@ -8,13 +8,11 @@ from search_spaces import load_spec
 from service.driver.sweeps import run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
-from tests.conftest import ensure_local_ray
+from tests.conftest import TINY, ensure_local_ray
 from workers.trial import GridPoint, trial_key
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
-TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
-        "activation": ["gelu", "relu"], "lr": [0.01], "dropout": 0, "seeds": 2}
 POINT = {"activation": "gelu", "dropout": 0.0, "lr": 0.01, "seed": 0}
 DATA = {"dataset": "digits", "sizes": {"train": 1397}, "phase": "grid"}
 

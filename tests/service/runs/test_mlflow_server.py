@@ -12,12 +12,10 @@ from service.reporting.render import render
 from service.reporting.results import sweep_results
 from service.runs.store import RunStore
 from service.settings import Settings
-from tests.conftest import ensure_local_ray
+from tests.conftest import TINY, ensure_local_ray
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
-TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
-        "activation": ["gelu", "relu"], "lr": [0.01], "dropout": 0, "seeds": 2}
 
 
 @pytest.fixture(scope="module")
