@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 ALPHA = 0.05  # the family-wise error rate of a record's verdicts
 POWER = 0.80  # the power "seeds needed" aims at
@@ -119,7 +119,17 @@ def paired_t_p(differences, null: float = 0.0, alternative: str = "two-sided") -
     if np.ptp(d) == 0:
         side = {"two-sided": d[0] != null, "less": d[0] < null, "greater": d[0] > null}[alternative]
         return 0.0 if side else 1.0
-    return float(stats.ttest_1samp(d, null, alternative=alternative).pvalue)
+    # scipy.stats.ttest_1samp's arithmetic step for step, so the same bits (the tests compare them),
+    # without the ~0.9 ms of argument handling it spends on every call
+    n = len(d)
+    mean = np.mean(d)
+    variance = np.mean((d - mean) ** 2) * (n / (n - 1))
+    t = (mean - null) / np.sqrt(variance / n)
+    if alternative == "less":
+        return float(special.stdtr(n - 1, t))
+    if alternative == "greater":
+        return float(special.stdtr(n - 1, -t))
+    return float(2 * special.stdtr(n - 1, -np.abs(t)))
 
 
 def holm(p_values: list[float]) -> list[float]:
