@@ -90,13 +90,17 @@ def split_by_dropout(spec: dict) -> bool:
     return len(spec.get("dropout", [0.0])) > 1 and not spec.get("dropout_for")
 
 
-def _seed_values(runs: pd.DataFrame, activation: str, dropout: float, lr: float, metric: str) -> dict[int, float]:
-    mine = runs[(runs["activation"] == activation) & (runs["dropout"] == dropout) & (runs["lr"] == lr)
-                & (runs["status"] == "FINISHED") & ~runs["diverged"].astype(bool)]
-    if metric not in mine:
-        return {}
-    kept = mine[mine[metric].notna()]
-    return {int(seed): float(value) for seed, value in zip(kept["seed"], kept[metric])}
+def _seed_values(runs: pd.DataFrame, metric: str) -> dict[tuple[str, float, float], dict[int, float]]:
+    """Per (activation, dropout, lr): each seed's ``metric`` over the finished runs that did not
+    diverge, in one pass over ``runs`` (a report looks up every configuration of every claim)."""
+    found: dict[tuple[str, float, float], dict[int, float]] = {}
+    if metric not in runs:
+        return found
+    kept = runs[(runs["status"] == "FINISHED") & ~runs["diverged"].astype(bool) & runs[metric].notna()]
+    for activation, dropout, lr, seed, value in zip(kept["activation"], kept["dropout"], kept["lr"], kept["seed"],
+                                                    kept[metric]):
+        found.setdefault((activation, float(dropout), float(lr)), {})[int(seed)] = float(value)
+    return found
 
 
 def chosen_configs(table: pd.DataFrame, spec: dict) -> pd.DataFrame:
@@ -117,9 +121,9 @@ def reported_rows(runs: pd.DataFrame, table: pd.DataFrame, spec: dict, metric: s
     split = split_by_dropout(spec)
     retrained = runs[runs["phase"] == "retrain"]
     source = retrained if len(retrained) else runs[runs["phase"] == "grid"]
-    rows = []
+    rows, values = [], _seed_values(source, metric)
     for config in chosen_configs(table, spec).itertuples():
-        per_seed = _seed_values(source, config.activation, config.dropout, config.lr, metric)
+        per_seed = dict(values.get((config.activation, float(config.dropout), float(config.lr)), {}))
         median, low, high, coverage = median_with_interval(list(per_seed.values()))
         epoch = getattr(config, "best_val_epoch", None) if protocol.get("report_epoch") == "best_val_epoch" else None
         rows.append(ReportedRow(config.activation, float(config.dropout), float(config.lr), metric, median, low, high,
@@ -248,9 +252,9 @@ def claim_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> list[
 
 
 def _rows_at(runs: pd.DataFrame, table: pd.DataFrame, lr: float, dropout: float, metric: str) -> list[ReportedRow]:
-    rows, grid = [], runs[runs["phase"] == "grid"]
+    rows, values = [], _seed_values(runs[runs["phase"] == "grid"], metric)
     for config in table[(table["lr"] == lr) & (table["dropout"] == dropout)].itertuples():
-        per_seed = _seed_values(grid, config.activation, dropout, lr, metric)
+        per_seed = dict(values.get((config.activation, float(dropout), float(lr)), {}))
         median, low, high, coverage = median_with_interval(list(per_seed.values()))
         diverged = bool(config.n_diverged > config.n_seeds)
         rows.append(ReportedRow(config.activation, float(dropout), None if diverged else float(lr), metric, median, low,
