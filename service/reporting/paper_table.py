@@ -229,9 +229,10 @@ def claim_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> list[
         column = claim_column(claim, headline)
         if claim.get("at_every_lr"):  # (where, the panel's dropout, rows)
             one_dropout = len(table["dropout"].unique()) == 1
+            values = _seed_values(runs[runs["phase"] == "grid"], column)
             groups = [(f"lr {lr:g}" if one_dropout else f"lr {lr:g}, dropout {d:g}", float(d),
-                       _rows_at(runs, table, lr, d, column))
-                      for (lr, d), _ in table.groupby(["lr", "dropout"], sort=True)]
+                       _rows_at(values, configs, lr, d, column))
+                      for (lr, d), configs in table.groupby(["lr", "dropout"], sort=True)]
         else:
             rows = reported_rows(runs, table, spec, metric=column)
             dropouts = sorted({r.dropout for r in rows}) if split_by_dropout(spec) else [None]
@@ -251,9 +252,10 @@ def claim_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> list[
     return found
 
 
-def _rows_at(runs: pd.DataFrame, table: pd.DataFrame, lr: float, dropout: float, metric: str) -> list[ReportedRow]:
-    rows, values = [], _seed_values(runs[runs["phase"] == "grid"], metric)
-    for config in table[(table["lr"] == lr) & (table["dropout"] == dropout)].itertuples():
+def _rows_at(values: dict, configs: pd.DataFrame, lr: float, dropout: float, metric: str) -> list[ReportedRow]:
+    """One row per configuration of the table at (``lr``, ``dropout``), from the grid's ``values``."""
+    rows = []
+    for config in configs.itertuples():
         per_seed = dict(values.get((config.activation, float(dropout), float(lr)), {}))
         median, low, high, coverage = median_with_interval(list(per_seed.values()))
         diverged = bool(config.n_diverged > config.n_seeds)
