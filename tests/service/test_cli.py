@@ -11,7 +11,8 @@ from tests.conftest import REPO, actsweep_command, new_home
 
 # 3 activations (one stochastic) × 2 lrs × 2 seeds on scikit-learn's real digits, 2 epochs each.
 E2E_SET = ["dataset=digits", "val_size=200", "epochs=2", "batch_size=64", "model.depth=3", "model.width=32",
-           "activation=gelu,relu,soi", "lr=0.01,0.001", "dropout=0", "seeds=2"]
+           "activation=gelu,relu,soi", "lr=0.01,0.001", "dropout=0", "seeds=2",
+           "execution.max_concurrent_trials=1"]  # one reused worker process, as tests.conftest.TINY says why
 
 
 def _run(env, *args, timeout=600):
@@ -178,6 +179,7 @@ batch_size: 64
 activation: [relu, {name: zero, expr: "x * 0"}, {name: relu_again, expr: "relu(x)"}]
 lr: [0.01]
 seeds: 3
+execution: {max_concurrent_trials: 1}  # one reused worker process a round, as tests.conftest.TINY says why
 protocol: {select_lr_by: val_loss, headline_metric: test_error}
 ranking_claims:
   - {best: relu, against: [zero]}

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make t
 
 COMPARISON = {"dataset": "digits", "val_size": 200, "epochs": 3, "batch_size": 64, "model.depth": 3,
               "model.width": 64, "activation": ["gelu", "relu", "elu", "soi"], "lr": [0.01], "dropout": 0,
-              "seeds": 2}
+              "seeds": 2, "execution.max_concurrent_trials": 1}  # one reused worker process (tests.conftest.TINY)
 
 
 def test_the_mlflow_ui_opens_on_the_training_runs_with_their_names_and_dataset(tmp_path):
