@@ -97,6 +97,12 @@ def postgres_server(databases: tuple[str, ...]):
         server.stop()
 
 
+# MLflow 3's server also starts a job runner with Huey consumers (GenAI scorers, trace roll-ups),
+# four more processes that poll all the while: actsweep runs none of those jobs. Measured here:
+# see docs/testing.md.
+MLFLOW_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 class MlflowServer:
     """``mlflow server`` on 127.0.0.1 with ``backend_uri`` and served artifacts, on a port it keeps
     when it is killed (by pid) and started again."""
@@ -111,7 +117,8 @@ class MlflowServer:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
                  "--backend-store-uri", self.backend_uri, "--serve-artifacts", "--artifacts-destination",
-                 str(self.artifacts), "--workers", "1"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                 str(self.artifacts), "--workers", "1"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, **MLFLOW_SERVER_ENV})
         if poll(lambda: self.process.poll() is not None or answers(f"{self.url}/health"), 120, every_s=0.5) \
                 and self.process.poll() is None:
             return self
