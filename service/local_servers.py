@@ -98,7 +98,7 @@ def postgres_server(databases: tuple[str, ...]):
 
 
 # MLflow 3's server also starts a job runner with Huey consumers (GenAI scorers, trace roll-ups),
-# four more processes that poll all the while: actsweep runs none of those jobs. Measured here:
+# eight more processes, polling all the while: actsweep runs none of those jobs. Measured here:
 # see docs/testing.md.
 MLFLOW_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
