@@ -18,7 +18,6 @@ from tests.conftest import TINY, ensure_local_ray
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
 
-
 @pytest.fixture(scope="module")
 def server(postgres, tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow-server")
