@@ -38,14 +38,24 @@ def memory_limit(extra_bytes: int | None):
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
     try:
         yield
-    except (MemoryError, RuntimeError) as exc:
-        if not isinstance(exc, MemoryError) and "can't allocate memory" not in str(exc):
+    except (MemoryError, RuntimeError, SystemError) as exc:
+        if not _failed_allocation(exc, limit):
             raise
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise MemoryError(f"the trial went past its memory limit, {extra_bytes / 1e9:.2f} GB more than its process "
                           f"held at its start (execution.memory_limit_gb): {type(exc).__name__} {first}") from exc
     finally:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def _failed_allocation(exc: BaseException, limit: int) -> bool:
+    """Whether ``exc`` is an allocation refused by the limit: a MemoryError, torch's "can't allocate
+    memory", or a SystemError ("error return without exception set": a C extension whose malloc
+    failed and that said nothing, seen under load) raised with the process within 64 MiB of the limit,
+    as one more layer's weights would take it."""
+    if isinstance(exc, MemoryError) or "can't allocate memory" in str(exc):
+        return True
+    return isinstance(exc, SystemError) and psutil.Process().memory_info().data > limit - 64 * 2 ** 20
 
 
 def run_trial(config: dict, splits: Splits) -> None:
