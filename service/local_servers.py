@@ -159,9 +159,11 @@ class RayNode:
         # ports of its own where Ray has fixed defaults, so that it starts beside any other Ray on the machine
         # (a second node's job agent on the default port stays up without its HTTP service: no job submission)
         ports = ["--dashboard-agent-listen-port", str(free_port()), "--ray-client-server-port", str(free_port())]
-        self.process = subprocess.Popen([ray_cli(), "start", "--block", "--node-ip-address", "127.0.0.1",
-                                         "--temp-dir", self.temp_dir, *ports, *args],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env or dict(os.environ))
+        self.log = Path(self.temp_dir) / "ray_start.log"  # what `ray start` said, should it exit
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen([ray_cli(), "start", "--block", "--node-ip-address", "127.0.0.1",
+                                             "--temp-dir", self.temp_dir, *ports, *args],
+                                            stdout=log, stderr=subprocess.STDOUT, env=env or dict(os.environ))
 
     @classmethod
     def head(cls, port: int, num_cpus: int, *extra: str, env: dict[str, str] | None = None) -> "RayNode":

@@ -15,18 +15,29 @@ from tests.conftest import SIDE_BY_SIDE, TINY, new_home  # noqa: F401 (the API t
 
 @pytest.fixture(scope="session")
 def ray_head():
-    """``ray start --head --block`` (tests.servers.RayNode): stopping it stops the head's processes."""
-    port, dashboard = free_port(), free_port()
+    """``ray start --head --block`` (tests.servers.RayNode): stopping it stops the head's processes.
+    Its ports are free when chosen, but another process may take one before Ray binds it (likelier
+    with two test processes starting servers side by side): a head whose ``ray start`` exits at once
+    is started again on new ports, up to three times."""
     ensure_ray_token()  # a new machine has none, and a token-auth head will not start without one
-    head = RayNode.head(port, 2, "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-                        "--include-dashboard", "true")
-    url = f"http://127.0.0.1:{dashboard}"
-    deadline = time.monotonic() + 90
-    while not dashboard_answers(url):
-        if time.monotonic() > deadline:
+    exits = []
+    for _ in range(3):
+        port, dashboard = free_port(), free_port()
+        head = RayNode.head(port, 2, "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
+                            "--include-dashboard", "true")
+        url = f"http://127.0.0.1:{dashboard}"
+        deadline = time.monotonic() + 90
+        while not dashboard_answers(url) and head.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(1)
+        if head.process.poll() is not None:  # `ray start` gave up: say why, and try new ports
+            exits.append(head.log.read_text(errors="replace")[-2000:])
+            continue
+        if not dashboard_answers(url):
             head.stop()
-            pytest.fail("the Ray head did not start")
-        time.sleep(1)
+            pytest.fail(f"the Ray head did not start in 90 s; ray start said:\n{head.log.read_text(errors='replace')[-2000:]}")
+        break
+    else:
+        pytest.fail("ray start exited three times:\n" + "\n---\n".join(exits))
     yield {"dashboard_url": url, "address": f"127.0.0.1:{port}"}
     head.stop()
 
