@@ -12,9 +12,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")
 # Test processes side by side (make test: pytest-xdist) share the cores: each gets its share of
 # threads for torch's and NumPy's kernels, so that two of them do not each spin two threads on two
 # cores. Set before any test module imports torch; the servers and drivers they start inherit it.
-if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0))
-                                                     // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+_TEST_PROCESSES = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _TEST_PROCESSES > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _TEST_PROCESSES)))
 
 
 # A sweep that takes seconds: real digits, a small MLP, 2 activations × 2 seeds. Its trials train in

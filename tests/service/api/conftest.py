@@ -15,7 +15,7 @@ from tests.conftest import SIDE_BY_SIDE, TINY, new_home  # noqa: F401 (the API t
 
 @pytest.fixture(scope="session")
 def ray_head():
-    """``ray start --head --block`` (tests.servers.RayNode): stopping it stops the head's processes.
+    """``ray start --head --block`` (service.local_servers.RayNode): stopping it stops the head's processes.
     Its ports are free when chosen, but another process may take one before Ray binds it (likelier
     with two test processes starting servers side by side): a head whose ``ray start`` exits at once
     is started again on new ports, up to three times."""
@@ -30,16 +30,20 @@ def ray_head():
         while not dashboard_answers(url) and head.process.poll() is None and time.monotonic() < deadline:
             time.sleep(1)
         if head.process.poll() is not None:  # `ray start` gave up: say why, and try new ports
-            exits.append(head.log.read_text(errors="replace")[-2000:])
+            exits.append(_said(head))
             continue
         if not dashboard_answers(url):
             head.stop()
-            pytest.fail(f"the Ray head did not start in 90 s; ray start said:\n{head.log.read_text(errors='replace')[-2000:]}")
+            pytest.fail(f"the Ray head did not start in 90 s; ray start said:\n{_said(head)}")
         break
     else:
         pytest.fail("ray start exited three times:\n" + "\n---\n".join(exits))
     yield {"dashboard_url": url, "address": f"127.0.0.1:{port}"}
     head.stop()
+
+
+def _said(node: RayNode) -> str:
+    return node.log.read_text(errors="replace")[-2000:]
 
 
 def api_env(tmp_path: Path, ray_head: dict, **extra: str) -> dict[str, str]:
