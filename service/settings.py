@@ -47,6 +47,8 @@ class Settings(BaseSettings):
     num_cpus: int | None = None  # CPUs of a local Ray (default: all)
     dashboard: bool = True  # start the Ray dashboard with a local Ray
     data_dir: Path | None = None  # default: HOME/data
+    # decoded copies of compressed datasets (MNIST's pickle: 220 MB), default HOME/dataset_cache
+    dataset_cache_dir: Path | None = None
     # Tune's storage (experiment state, per-epoch checkpoints); default HOME/ray_results. On a
     # cluster of several machines it must be shared by all nodes: a mounted folder, or s3://, gs://
     tune_storage: str | None = None
@@ -123,6 +125,10 @@ class Settings(BaseSettings):
     @property
     def resolved_data_dir(self) -> Path:
         return (self.data_dir or self.root / "data").expanduser()
+
+    @property
+    def resolved_dataset_cache_dir(self) -> Path:
+        return (self.dataset_cache_dir or self.root / "dataset_cache").expanduser()
 
     def trial_cache_secret(self) -> bytes:
         """The key the trial cache signs its runs with: HOME/secrets/trial_cache.key, made on first

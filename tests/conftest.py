@@ -49,6 +49,22 @@ def ensure_local_ray() -> None:
 _MIGRATED_STORE: list[Path] = []
 
 
+@pytest.fixture(scope="session", autouse=True)
+def decoded_datasets(tmp_path_factory):
+    """One folder of decoded datasets (workers.data.decoded) for every home the session makes, and
+    for the servers and drivers it starts: MNIST's pickle is decoded once, not in every driver. The
+    session's first load decodes and keeps it, the rest read it back."""
+    folder = tmp_path_factory.mktemp("decoded")
+    previous = os.environ.get("ACTSWEEP_DATASET_CACHE_DIR")
+    os.environ["ACTSWEEP_DATASET_CACHE_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        del os.environ["ACTSWEEP_DATASET_CACHE_DIR"]
+    else:
+        os.environ["ACTSWEEP_DATASET_CACHE_DIR"] = previous
+    shutil.rmtree(folder, ignore_errors=True)  # (220 MB)
+
+
 def new_home(home: Path) -> Path:
     """An empty actsweep home whose MLflow store (SQLite) is already migrated: a copy of one store
     made once per session, the way MLflow makes every new one. Making each store anew costs 1 to 2 s

@@ -73,7 +73,7 @@ def connect_ray(settings: Settings) -> str | None:
 def load_splits(spec: SweepSpec, settings: Settings) -> Splits:
     """The spec's dataset; raises DatasetNotFound (with instructions) before anything starts."""
     return load_dataset(spec.dataset, settings.resolved_data_dir, settings.download, spec.val_size,
-                        spec.train_subset, spec.data_options.model_dump())
+                        spec.train_subset, spec.data_options.model_dump(), settings.resolved_dataset_cache_dir)
 
 
 def concurrent_slots(spec: SweepSpec) -> int:

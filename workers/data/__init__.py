@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workers.data.decoded import cache_in
 from workers.data.splits import DatasetNotFound, Splits
 from workers.registry import DATASETS
 
@@ -20,9 +21,12 @@ __all__ = ["DatasetNotFound", "Splits", "load_dataset"]
 
 
 def load_dataset(name: str, data_dir: Path, download: bool, val_size: int,
-                 train_subset: int | None = None, options: dict | None = None) -> Splits:
+                 train_subset: int | None = None, options: dict | None = None,
+                 cache_dir: Path | None = None) -> Splits:
     """The named dataset's splits; raises :class:`DatasetNotFound` with instructions if absent.
 
     ``options`` are the spec's ``data_options`` (preprocessing, embeddings file, image size, ...).
+    ``cache_dir`` keeps decoded copies of compressed files (workers.data.decoded: MNIST's pickle).
     """
-    return DATASETS.get(name)(Path(data_dir), download, val_size, train_subset, options or {})
+    with cache_in(cache_dir):
+        return DATASETS.get(name)(Path(data_dir), download, val_size, train_subset, options or {})
