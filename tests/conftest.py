@@ -55,13 +55,9 @@ def decoded_datasets(tmp_path_factory):
     for the servers and drivers it starts: MNIST's pickle is decoded once, not in every driver. The
     session's first load decodes and keeps it, the rest read it back."""
     folder = tmp_path_factory.mktemp("decoded")
-    previous = os.environ.get("ACTSWEEP_DATASET_CACHE_DIR")
-    os.environ["ACTSWEEP_DATASET_CACHE_DIR"] = str(folder)
-    yield folder
-    if previous is None:
-        del os.environ["ACTSWEEP_DATASET_CACHE_DIR"]
-    else:
-        os.environ["ACTSWEEP_DATASET_CACHE_DIR"] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ACTSWEEP_DATASET_CACHE_DIR", str(folder))
+        yield folder
     shutil.rmtree(folder, ignore_errors=True)  # (220 MB)
 
 
