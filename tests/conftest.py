@@ -66,11 +66,14 @@ def new_home(home: Path) -> Path:
     made once per session, the way MLflow makes every new one. Making each store anew costs 1 to 2 s
     of migrations, and the suite makes dozens."""
     if not _MIGRATED_STORE:
+        import atexit
         import tempfile
 
         from service.runs.store import RunStore
 
-        template = Path(tempfile.mkdtemp(prefix="actsweep-mlflow-template-")) / "mlflow.db"
+        folder = tempfile.mkdtemp(prefix="actsweep-mlflow-template-")
+        atexit.register(shutil.rmtree, folder, True)  # (each test process made one, and left it in /tmp)
+        template = Path(folder) / "mlflow.db"
         RunStore(f"sqlite:///{template}").ping()  # (the first call creates and migrates the schema)
         _MIGRATED_STORE.append(template)
     home.mkdir(parents=True, exist_ok=True)

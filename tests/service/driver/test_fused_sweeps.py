@@ -44,7 +44,8 @@ def test_packs_are_balanced_sorted_by_activation_and_formed_by_seed():
 def test_every_member_is_its_own_run_with_the_numbers_it_has_alone(settings):
     fused = run_sweep(load_spec("mnist_classification", quick=True,
                                 overrides={**SMALL, "execution.mode": "fused", "execution.pack_size": 4}), settings)
-    alone = run_sweep(load_spec("mnist_classification", quick=True, overrides=SMALL), settings)
+    alone = run_sweep(load_spec("mnist_classification", quick=True,  # (one worker process: tests.conftest.TINY)
+                                overrides={**SMALL, "execution.max_concurrent_trials": 1}), settings)
     assert (fused.trials, fused.errors, alone.trials) == (12, 0, 12)
 
     client = MlflowClient(settings.resolved_tracking_uri)

@@ -27,6 +27,9 @@ SMALLER = {
     "cifar100": {"seeds": 1},
     "imagenet": {"seeds": 1},
 }
+# Trials one after another in one reused worker process (tests.conftest.TINY says why): each
+# variant's second worker process cost about 5 CPU-s, and concurrency is not what these test.
+ONE_WORKER = {"execution.max_concurrent_trials": 1}
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,7 @@ def test_quick_variant_runs_end_to_end(settings, name):
     spec = load_spec(name, quick=True)
     if spec.dataset == "twitter_pos":
         require_twpos()
-    spec = load_spec(name, quick=True, overrides=SMALLER[spec.dataset])
+    spec = load_spec(name, quick=True, overrides={**SMALLER[spec.dataset], **ONE_WORKER})
     outcome = run_sweep(spec, settings, quick=True)
     retrained = {(p.activation, p.dropout) for p in spec.grid_points()} if spec.protocol.retrain_on_full else set()
     # trained or reused: mnist_soi's ReLU and GELU points are the same trials as mnist_classification's
@@ -92,7 +95,7 @@ def test_optuna_lr_search_repeats_every_suggestion_over_the_seeds(settings):
     spec = load_spec("mnist_classification", quick=True, overrides={
         "dataset": "digits", "val_size": 200, "epochs": 2, "model.depth": 2, "model.width": 32,
         "activation": ["gelu"], "dropout": 0, "seeds": [3, 5],
-        "search": {"lr_low": 1e-4, "lr_high": 3e-2, "num_samples": 3, "seed": 1}})
+        "search": {"lr_low": 1e-4, "lr_high": 3e-2, "num_samples": 3, "seed": 1}, **ONE_WORKER})
     assert spec.trial_count == 3 * 2
     outcome = run_sweep(spec, settings)
     assert outcome.errors == 0 and outcome.trials == 6

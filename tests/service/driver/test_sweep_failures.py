@@ -41,7 +41,8 @@ def test_a_figure_that_cannot_be_drawn_fails_nothing(settings, monkeypatch):
         raise RuntimeError("no figures today")
 
     monkeypatch.setattr(sweeps, "render_figures", broken)
-    good = {**BROKEN, "model": {"kind": "mlp", "depth": 2, "width": 16, "init": "torch_default"}}
+    good = {**BROKEN, "model": {"kind": "mlp", "depth": 2, "width": 16, "init": "torch_default"},
+            "execution.max_concurrent_trials": 1}  # (one worker process: tests.conftest.TINY)
     outcome = run_sweep(load_spec("mnist_classification", quick=True, overrides=good), settings)
     client = MlflowClient(settings.resolved_tracking_uri)
     assert outcome.errors == 0 and client.get_run(outcome.parent_run_id).info.status == "FINISHED"
