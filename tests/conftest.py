@@ -37,29 +37,13 @@ def pytest_collection_modifyitems(items):
 
 
 def ensure_local_ray() -> None:
-    """The test process's one local Ray (2 CPUs, no dashboard) for in-process sweeps: started on
-    first use and kept while the modules that use it run, one after another; started again after a
-    test that needed another Ray (a cluster, a made-up GPU) shut it down. Starting a Ray costs
-    seconds, and modules used to each."""
+    """The session's one local Ray (2 CPUs, no dashboard) for in-process sweeps: started on first use
+    and kept for the session; started again only after a test that needed another Ray (a
+    cluster, a made-up GPU) shut it down. Starting a Ray costs seconds, and modules used to each."""
     import ray
 
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    """After a module's last test (its fixtures torn down), shut this process's Ray down where the
-    next test's module does not use one (it does not import ensure_local_ray): an idle local Ray
-    costs 3 CPU-s a minute (its raylet, GCS, agents, log monitor and two idle workers), and a test
-    process used to keep one through every test after its first in-process sweep. A module that
-    trains again starts it again (4 CPU-s)."""
-    yield
-    if nextitem is not None and nextitem.module is item.module:
-        return
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized() and not hasattr(nextitem and nextitem.module, "ensure_local_ray"):
-        ray.shutdown()
 
 
 _MIGRATED_STORE: list[Path] = []
