@@ -17,11 +17,14 @@ if _TEST_PROCESSES > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _TEST_PROCESSES)))
 
 
-# A sweep that takes seconds: real digits, a small MLP, 2 activations × 2 seeds. Its trials train in
-# well under a second each, so they run one after another in one reused worker process: a second
-# process (importing torch and Tune) cost 6.4 CPU-s more per sweep, measured with psutil.
+# Trials one after another in one reused worker process, for sweeps whose test is not about
+# concurrency: a second process (importing torch and Tune) cost 6.4 CPU-s more per sweep, measured
+# with psutil.
+ONE_WORKER = {"execution.max_concurrent_trials": 1}
+# A sweep that takes seconds: real digits, a small MLP, 2 activations × 2 seeds, its trials (well
+# under a second each) in one worker.
 TINY = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "model.depth": 2, "model.width": 32,
-        "activation": ["gelu", "relu"], "lr": [0.01], "dropout": 0, "seeds": 2, "execution.max_concurrent_trials": 1}
+        "activation": ["gelu", "relu"], "lr": [0.01], "dropout": 0, "seeds": 2, **ONE_WORKER}
 # A sweep long enough to be caught mid-run trains its trials side by side, as many as the head holds.
 SIDE_BY_SIDE = {"execution.max_concurrent_trials": None}
 

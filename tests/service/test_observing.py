@@ -14,13 +14,13 @@ from service.local_servers import MlflowServer
 from service.runs.links import experiment_link
 from service.settings import Settings
 from tests.browser import keep_screenshot, load_in_chromium
-from tests.conftest import ensure_local_ray
+from tests.conftest import ONE_WORKER, ensure_local_ray
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
 COMPARISON = {"dataset": "digits", "val_size": 200, "epochs": 3, "batch_size": 64, "model.depth": 3,
               "model.width": 64, "activation": ["gelu", "relu", "elu", "soi"], "lr": [0.01], "dropout": 0,
-              "seeds": 2, "execution.max_concurrent_trials": 1}  # one reused worker process (tests.conftest.TINY)
+              "seeds": 2, **ONE_WORKER}
 
 
 def test_the_mlflow_ui_opens_on_the_training_runs_with_their_names_and_dataset(tmp_path):

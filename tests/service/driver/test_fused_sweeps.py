@@ -11,7 +11,7 @@ from service.driver.pack_sizing import PackMemoryError
 from service.driver.sweeps import load_splits, run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
-from tests.conftest import ensure_local_ray
+from tests.conftest import ONE_WORKER, ensure_local_ray
 from workers.pack_memory import measure_footprint
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
@@ -44,8 +44,7 @@ def test_packs_are_balanced_sorted_by_activation_and_formed_by_seed():
 def test_every_member_is_its_own_run_with_the_numbers_it_has_alone(settings):
     fused = run_sweep(load_spec("mnist_classification", quick=True,
                                 overrides={**SMALL, "execution.mode": "fused", "execution.pack_size": 4}), settings)
-    alone = run_sweep(load_spec("mnist_classification", quick=True,  # (one worker process: tests.conftest.TINY)
-                                overrides={**SMALL, "execution.max_concurrent_trials": 1}), settings)
+    alone = run_sweep(load_spec("mnist_classification", quick=True, overrides={**SMALL, **ONE_WORKER}), settings)
     assert (fused.trials, fused.errors, alone.trials) == (12, 0, 12)
 
     client = MlflowClient(settings.resolved_tracking_uri)

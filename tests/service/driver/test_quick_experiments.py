@@ -15,7 +15,7 @@ from search_spaces.catalog import experiment_names
 from service.driver.sweeps import run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
-from tests.conftest import SHARED_TWPOS, ensure_local_ray, make_cifar, make_imagenet, make_timit, require_twpos
+from tests.conftest import ONE_WORKER, SHARED_TWPOS, ensure_local_ray, make_cifar, make_imagenet, make_timit, require_twpos
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
@@ -27,9 +27,6 @@ SMALLER = {
     "cifar100": {"seeds": 1},
     "imagenet": {"seeds": 1},
 }
-# Trials one after another in one reused worker process (tests.conftest.TINY says why): each
-# variant's second worker process cost about 5 CPU-s, and concurrency is not what these test.
-ONE_WORKER = {"execution.max_concurrent_trials": 1}
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from mlflow.tracking import MlflowClient
 from search_spaces import load_spec
 from service.driver.sweeps import run_sweep
 from service.settings import Settings
-from tests.conftest import ensure_local_ray
+from tests.conftest import ONE_WORKER, ensure_local_ray
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
@@ -41,8 +41,7 @@ def test_a_figure_that_cannot_be_drawn_fails_nothing(settings, monkeypatch):
         raise RuntimeError("no figures today")
 
     monkeypatch.setattr(sweeps, "render_figures", broken)
-    good = {**BROKEN, "model": {"kind": "mlp", "depth": 2, "width": 16, "init": "torch_default"},
-            "execution.max_concurrent_trials": 1}  # (one worker process: tests.conftest.TINY)
+    good = {**BROKEN, "model": {"kind": "mlp", "depth": 2, "width": 16, "init": "torch_default"}, **ONE_WORKER}
     outcome = run_sweep(load_spec("mnist_classification", quick=True, overrides=good), settings)
     client = MlflowClient(settings.resolved_tracking_uri)
     assert outcome.errors == 0 and client.get_run(outcome.parent_run_id).info.status == "FINISHED"
