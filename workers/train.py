@@ -20,6 +20,7 @@ from torch.profiler import record_function
 from workers.activations import Activation, learned_parameters
 from workers.data.splits import Splits
 from workers.models import build_model
+from workers.optim import TrialOptimizer
 from workers.precision import forward_precision
 from workers.trial import TrialConfig
 
@@ -27,13 +28,10 @@ EVAL_BATCH = 2_000  # examples per forward pass when evaluating; bounds memory, 
 STATS_EXAMPLES = 1_000  # the fixed training subset of the ELU paper's activation statistics
 
 
-def make_optimizer(cfg: TrialConfig, params) -> torch.optim.Optimizer:
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                               weight_decay=cfg.weight_decay)
-    raise ValueError(f"optimizer: unknown {cfg.optimizer!r}; accepted: adam, sgd")
+def make_optimizer(cfg: TrialConfig, params) -> TrialOptimizer:
+    """The trial's Adam or SGD: torch.optim's arithmetic (workers.optim says why not its classes)."""
+    return TrialOptimizer(cfg.optimizer, params, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                          momentum=cfg.momentum, nesterov=cfg.nesterov)
 
 
 def lr_factor(schedule: dict, step: int, steps_per_epoch: int, total_steps: int) -> float:
@@ -220,7 +218,7 @@ class Members(Protocol):
 
 
 class OneModel:
-    """One trial: any network of workers.models and its torch.optim optimiser. Its dropout, input
+    """One trial: any network of workers.models and its optimiser (workers.optim). Its dropout, input
     noise and SOI draw from the global generator, seeded with the trial's seed before the network is
     built, as a plain PyTorch script would."""
 
@@ -249,12 +247,10 @@ class OneModel:
         return batch_loss(self.model, self.cfg.task, x, y)[0].unsqueeze(0)
 
     def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
 
     def step(self, lr_factor: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.cfg.lr * lr_factor
-        self.optimizer.step()
+        self.optimizer.step(self.cfg.lr * lr_factor)
 
     def evaluate(self, x, y: Tensor, top5: bool, per_member: bool) -> list[dict[str, float]]:
         return [evaluate(self.model, x[0] if per_member else x, y, self.cfg.task, top5)]
