@@ -1,7 +1,6 @@
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -40,56 +39,14 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
-@pytest.fixture(scope="session")
-def ray_head():
-    """The session's one Ray: ``ray start --head --block`` (service.local_servers.RayNode; 2 CPUs, its
-    dashboard on loopback), for the API servers' sweeps and, through :func:`join_ray_head`, the
-    in-process ones. One Ray per test process rather than a head and a local Ray besides: an idle
-    Ray costs about 3 CPU-s a minute (docs/testing.md). Stopping it stops the head's processes.
-
-    Its ports are free when chosen, but another process may take one before Ray binds it (likelier
-    with two test processes starting servers side by side): a head whose ``ray start`` exits at once
-    is started again on new ports, up to three times."""
-    import ray
-
-    from service.control.jobs import dashboard_answers, ensure_ray_token
-    from service.local_servers import RayNode, free_port
-
-    def said(node: RayNode) -> str:
-        return node.log.read_text(errors="replace")[-2000:]
-
-    ensure_ray_token()  # a new machine has none, and a token-auth head will not start without one
-    exits = []
-    for _ in range(3):
-        port, dashboard = free_port(), free_port()
-        head = RayNode.head(port, 2, "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-                            "--include-dashboard", "true")
-        url = f"http://127.0.0.1:{dashboard}"
-        deadline = time.monotonic() + 90
-        while not dashboard_answers(url) and head.process.poll() is None and time.monotonic() < deadline:
-            time.sleep(1)
-        if head.process.poll() is not None:  # `ray start` gave up: say why, and try new ports
-            exits.append(said(head))
-            continue
-        if not dashboard_answers(url):
-            head.stop()
-            pytest.fail(f"the Ray head did not start in 90 s; ray start said:\n{said(head)}")
-        break
-    else:
-        pytest.fail("ray start exited three times:\n" + "\n---\n".join(exits))
-    yield {"dashboard_url": url, "address": f"127.0.0.1:{port}"}
-    ray.shutdown()  # this process's driver first: one left joined to a stopped head waits on it at exit
-    head.stop()
-
-
-def join_ray_head(ray_head: dict) -> None:
-    """In-process sweeps train on the session's head: this process's driver joins it, unless it is
-    already joined to a Ray (after a test that needed another one, a cluster or a made-up GPU, shut
-    that down, it joins the head again)."""
+def ensure_local_ray() -> None:
+    """The session's one local Ray (2 CPUs, no dashboard) for in-process sweeps: started on first use
+    and kept for the session; started again only after a test that needed another Ray (a
+    cluster, a made-up GPU) shut it down. Starting a Ray costs seconds, and modules used to each."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=ray_head["address"], log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 
 
 _MIGRATED_STORE: list[Path] = []

@@ -14,7 +14,7 @@ from service.local_servers import MlflowServer
 from service.runs.links import experiment_link
 from service.settings import Settings
 from tests.browser import keep_screenshot, load_in_chromium
-from tests.conftest import ONE_WORKER, join_ray_head
+from tests.conftest import ONE_WORKER, ensure_local_ray
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
@@ -23,8 +23,8 @@ COMPARISON = {"dataset": "digits", "val_size": 200, "epochs": 3, "batch_size": 6
               "seeds": 2, **ONE_WORKER}
 
 
-def test_the_mlflow_ui_opens_on_the_training_runs_with_their_names_and_dataset(ray_head, tmp_path):
-    join_ray_head(ray_head)
+def test_the_mlflow_ui_opens_on_the_training_runs_with_their_names_and_dataset(tmp_path):
+    ensure_local_ray()
     settings = Settings(home=tmp_path / "home", download=False)
     outcome = run_sweep(load_spec("mnist_classification", quick=True, overrides=COMPARISON), settings)
     assert outcome.errors == 0

@@ -1,4 +1,4 @@
-"""The real API server over HTTP, on the session's real Ray head (tests.conftest.ray_head)."""
+"""A real Ray head (its own processes, loopback, 2 CPUs) and the real API server over HTTP."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,42 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.local_servers import ApiServer
+from service.control.jobs import dashboard_answers, ensure_ray_token
+from service.local_servers import ApiServer, RayNode, free_port
 from tests.conftest import SIDE_BY_SIDE, TINY, new_home  # noqa: F401 (the API tests take them from here)
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """``ray start --head --block`` (service.local_servers.RayNode): stopping it stops the head's processes.
+    Its ports are free when chosen, but another process may take one before Ray binds it (likelier
+    with two test processes starting servers side by side): a head whose ``ray start`` exits at once
+    is started again on new ports, up to three times."""
+    ensure_ray_token()  # a new machine has none, and a token-auth head will not start without one
+    exits = []
+    for _ in range(3):
+        port, dashboard = free_port(), free_port()
+        head = RayNode.head(port, 2, "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
+                            "--include-dashboard", "true")
+        url = f"http://127.0.0.1:{dashboard}"
+        deadline = time.monotonic() + 90
+        while not dashboard_answers(url) and head.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(1)
+        if head.process.poll() is not None:  # `ray start` gave up: say why, and try new ports
+            exits.append(_said(head))
+            continue
+        if not dashboard_answers(url):
+            head.stop()
+            pytest.fail(f"the Ray head did not start in 90 s; ray start said:\n{_said(head)}")
+        break
+    else:
+        pytest.fail("ray start exited three times:\n" + "\n---\n".join(exits))
+    yield {"dashboard_url": url, "address": f"127.0.0.1:{port}"}
+    head.stop()
+
+
+def _said(node: RayNode) -> str:
+    return node.log.read_text(errors="replace")[-2000:]
 
 
 def api_env(tmp_path: Path, ray_head: dict, **extra: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ from service.driver.pack_sizing import PackMemoryError
 from service.driver.sweeps import load_splits, run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
-from tests.conftest import ONE_WORKER, join_ray_head
+from tests.conftest import ONE_WORKER, ensure_local_ray
 from workers.pack_memory import measure_footprint
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
@@ -22,8 +22,8 @@ SMALL = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "m
 
 
 @pytest.fixture(scope="module")
-def settings(ray_head, tmp_path_factory):
-    join_ray_head(ray_head)
+def settings(tmp_path_factory):
+    ensure_local_ray()
     return Settings(home=tmp_path_factory.mktemp("fused"), download=False)
 
 

@@ -15,7 +15,7 @@ from search_spaces.catalog import experiment_names
 from service.driver.sweeps import run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
-from tests.conftest import ONE_WORKER, SHARED_TWPOS, join_ray_head, make_cifar, make_imagenet, make_timit, require_twpos
+from tests.conftest import ONE_WORKER, SHARED_TWPOS, ensure_local_ray, make_cifar, make_imagenet, make_timit, require_twpos
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
@@ -30,7 +30,7 @@ SMALLER = {
 
 
 @pytest.fixture(scope="module")
-def settings(ray_head, tmp_path_factory):
+def settings(tmp_path_factory):
     home = tmp_path_factory.mktemp("quick")
     data = home / "data"
     data.mkdir()
@@ -40,7 +40,7 @@ def settings(ray_head, tmp_path_factory):
     make_cifar(data, "cifar100")
     make_timit(data)
     make_imagenet(data, per_class=24)
-    join_ray_head(ray_head)
+    ensure_local_ray()
     return Settings(home=home, data_dir=data, download=False)
 
 

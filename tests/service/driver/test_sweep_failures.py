@@ -7,7 +7,7 @@ from mlflow.tracking import MlflowClient
 from search_spaces import load_spec
 from service.driver.sweeps import run_sweep
 from service.settings import Settings
-from tests.conftest import ONE_WORKER, join_ray_head
+from tests.conftest import ONE_WORKER, ensure_local_ray
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
@@ -18,8 +18,8 @@ BROKEN = {"dataset": "digits", "val_size": 200, "epochs": 2, "batch_size": 64, "
 
 
 @pytest.fixture(scope="module")
-def settings(ray_head, tmp_path_factory):
-    join_ray_head(ray_head)
+def settings(tmp_path_factory):
+    ensure_local_ray()
     return Settings(home=tmp_path_factory.mktemp("failures"), download=False)
 
 

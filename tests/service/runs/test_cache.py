@@ -8,7 +8,7 @@ from search_spaces import load_spec
 from service.driver.sweeps import run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
-from tests.conftest import TINY, join_ray_head
+from tests.conftest import TINY, ensure_local_ray
 from workers.trial import GridPoint, trial_key
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
@@ -78,8 +78,8 @@ def test_key_ignores_what_only_places_or_labels_a_trial():
 
 
 @pytest.fixture(scope="module")
-def settings(ray_head, tmp_path_factory):
-    join_ray_head(ray_head)
+def settings(tmp_path_factory):
+    ensure_local_ray()
     return Settings(home=tmp_path_factory.mktemp("cache"), download=False)
 
 

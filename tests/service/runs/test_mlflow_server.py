@@ -13,7 +13,7 @@ from service.reporting.render import render
 from service.reporting.results import sweep_results
 from service.runs.store import RunStore
 from service.settings import Settings
-from tests.conftest import TINY, join_ray_head
+from tests.conftest import TINY, ensure_local_ray
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
@@ -27,8 +27,8 @@ def server(postgres, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def settings(server, ray_head, tmp_path_factory):
-    join_ray_head(ray_head)
+def settings(server, tmp_path_factory):
+    ensure_local_ray()
     return Settings(home=tmp_path_factory.mktemp("home"), tracking_uri=server.url, download=False)
 
 
