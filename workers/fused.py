@@ -29,6 +29,7 @@ from torch.optim.adam import adam
 from workers.activations import Activation, elu, elu_into, gelu_tanh, lrelu, soi_map, uniform
 from workers.data.splits import Splits
 from workers.models import build_model
+from workers.optim import BETAS, EPS
 from workers.registry import FUSABLE_MODELS
 from workers.train import EVAL_BATCH, train_members
 from workers.trial import TrialConfig
@@ -308,7 +309,7 @@ class StackedOptimizer:
 
     @torch.no_grad()
     def step(self) -> None:
-        cfg, b1, b2, eps = self.cfg, 0.9, 0.999, 1e-8
+        cfg = self.cfg
         for param in self.params:  # (a learnable activation parameter no member in the pack uses)
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
@@ -323,8 +324,8 @@ class StackedOptimizer:
                 counters = [torch.full((), float(self.step_count - 1), device=self.params[0].device) for _ in self.params]
                 adam([p[part] for p in self.params], [p.grad[part] for p in self.params],
                      [s["exp_avg"][part] for s in self.state], [s["exp_avg_sq"][part] for s in self.state], [],
-                     counters, fused=True, amsgrad=False, lr=self.lrs[start] * self.factor, beta1=b1, beta2=b2,
-                     weight_decay=cfg.weight_decay, eps=eps, maximize=False)
+                     counters, fused=True, amsgrad=False, lr=self.lrs[start] * self.factor, beta1=BETAS[0],
+                     beta2=BETAS[1], weight_decay=cfg.weight_decay, eps=EPS, maximize=False)
             return
         for param, state in zip(self.params, self.state):
             lr = (self.base_lr * self.factor).view(-1, *([1] * (param.dim() - 1)))
