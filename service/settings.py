@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     ray_temp_dir: str | None = None  # that head's --temp-dir (Ray's default: /tmp/ray)
     mlflow_ui_url: str | None = None  # for links; default: the tracking URI if it is http(s)
     max_trials_per_sweep: int = 2000  # larger grids are rejected with 422, not run
+    # what one trial process holds on a GPU before its trial allocates anything (CUDA context, cuBLAS
+    # workspaces): 610-810 MiB measured per process on an H100; counted against the GPU's memory
+    # when gpus_per_trial puts several processes on it (service.driver.gpu_placement)
+    cuda_context_mb: float = 810.0
     # a sweep whose estimated work (trial-epochs × FLOPs per epoch, workers/footprint.py) is larger is
     # rejected with 422; the largest catalog experiment (elu_imagenet) is about 1,750 PFLOP
     max_sweep_pflop: float = 10_000.0

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from workers.activation_defs import PLUGIN_GROUP, ActivationDef, ActivationError, parse_name
+from workers.masks import MaskClock
 
 
 def normal_cdf(x: Tensor) -> Tensor:
@@ -184,7 +185,8 @@ def function_of(definition: ActivationDef) -> Callable[..., Tensor]:
 
 
 def uniform(shape, device, generator: torch.Generator | None = None, out: Tensor | None = None) -> Tensor:
-    """U[0, 1) noise: the one source of a trial's dropout and SOI masks (see dropout_noise)."""
+    """U[0, 1) noise from a torch generator: dropout and SOI outside the training loop, which
+    draws from workers.masks instead."""
     if out is not None:
         return torch.rand(shape, generator=generator, out=out)
     return torch.rand(shape, device=device, generator=generator)
@@ -207,24 +209,31 @@ def soi_map(x: Tensor, training: bool, generator: torch.Generator | None = None,
     return mask * x
 
 
-def dropout_noise(shape, p: float, device, generator: torch.Generator | None = None) -> Tensor:
+def dropout_noise(shape, p: float, device, generator: torch.Generator | None = None, u: Tensor | None = None) -> Tensor:
     """Inverted-dropout noise: 1/(1 − p) with probability 1 − p, else 0, as [u < 1 − p] for
-    u ~ U[0, 1) from ``generator`` (the global one if None).
+    u ~ U[0, 1) (given, or drawn from ``generator``, the global one if None).
 
     Written out rather than left to ``F.dropout`` so that a trial's masks come from one explicit
-    stream of uniforms on every device, which a fused pack member (workers.fused) draws alike
-    (and uniforms are about 4× faster to draw on a CPU than ``bernoulli_``).
+    source of uniforms on every device: in training, the counter-based generator of
+    workers.masks, which a fused pack member (workers.fused) draws alike.
     """
-    return torch.where(uniform(shape, device, generator) < 1.0 - p, 1.0 / (1.0 - p), 0.0)
+    return torch.where((uniform(shape, device, generator) if u is None else u) < 1.0 - p, 1.0 / (1.0 - p), 0.0)
 
 
 class Dropout(nn.Dropout):
-    """``nn.Dropout`` with its noise from :func:`dropout_noise`."""
+    """``nn.Dropout`` with its noise from :func:`dropout_noise`: in a network built by
+    workers.models, from its mask clock at its site (workers.masks), else from the global generator."""
+
+    mask_clock: MaskClock | None = None
+    mask_site = 1
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0:
             return x
-        return x * dropout_noise(x.shape, self.p, x.device)
+        keep = self.mask_clock.keep(self.mask_site, x.shape, x.device, self.p) if self.mask_clock is not None else None
+        if keep is None:
+            return x * dropout_noise(x.shape, self.p, x.device)
+        return x * torch.where(keep, 1.0 / (1.0 - self.p), 0.0)
 
 
 class Activation(nn.Module):
@@ -253,9 +262,14 @@ class Activation(nn.Module):
             found[key] = value.view(-1, 1, 1) if value.dim() and x.dim() == 4 else value
         return found
 
+    mask_clock: MaskClock | None = None  # (SOI's masks: workers.masks, set by workers.models)
+    mask_site = 0
+
     def forward(self, x: Tensor) -> Tensor:
         if self.definition.stochastic:
-            return soi_map(x, self.training, mu=self.fixed.get("mu", 0.0), sigma=self.fixed.get("sigma", 1.0))
+            u = (self.mask_clock.draw(self.mask_site, x.shape, x.device)
+                 if self.training and self.mask_clock is not None else None)
+            return soi_map(x, self.training, u=u, mu=self.fixed.get("mu", 0.0), sigma=self.fixed.get("sigma", 1.0))
         return self.function(x, **self.parameters_for(x))
 
     def extra_repr(self) -> str:

@@ -8,17 +8,17 @@ matmul (``torch.baddbmm``), so P trials cost about as many kernel launches as on
 Each member stays the trial it would be alone, by construction:
 - its weights are those of the reference network (workers.models) built under its seed;
 - its data order comes from its own generator, seeded as in workers.train;
-- its dropout and SOI masks come from its own generator, which starts where the reference
-  trial's global generator stands after building the network, and draws the same shapes in the
-  same order (workers.activations.dropout_noise, soi_map);
-- its optimiser state, lr and activation are its own (Adam and SGD written out for stacked
-  tensors, with the update formulas of torch.optim).
+- its dropout and SOI masks are the lone trial's: a function of its seed, the step, the layer
+  and the element (workers.masks), drawn for every member of the pack in one pass;
+- its optimiser state, lr and activation are its own (Adam and SGD written out for the pack's
+  one parameter buffer, with the update formulas of torch.optim, its lr a per-row column).
 So a member and the same config trained alone follow the same trajectory up to floating-point
 rounding (tests/workers/test_fused.py). A member whose training loss turns non-finite is reported
 diverged and leaves the pack; the others continue unchanged (their slices never mix).
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable, Iterator
 
 import torch
@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.adam import adam
 
-from workers.activations import Activation, elu, elu_into, gelu_tanh, lrelu, soi_map, uniform
+from workers import masks
+from workers.activations import Activation, elu, elu_into, gelu_tanh, lrelu, normal_cdf, soi_map
 from workers.data.splits import Splits
 from workers.models import build_model
 from workers.optim import BETAS, EPS
@@ -57,9 +58,15 @@ class StackedNet(nn.Module):
 
     The architecture is read off the reference network: its ``Linear`` layers, each possibly
     followed by an activation and dropout (MLP and autoencoder of workers.models).
+
+    Every parameter is a contiguous view of one flat buffer (``flat``), so that the optimiser can
+    move the whole pack with one kernel (StackedOptimizer); gradients are autograd's own tensors.
+    Masks are drawn for the rows that use them only: dropout's for members with p > 0, SOI's for
+    the run of stochastic members (the pack is sorted by activation).
     """
 
-    def __init__(self, references: list[nn.Module], activations: list[str], dropouts: list[float]):
+    def __init__(self, references: list[nn.Module], activations: list[str], dropouts: list[float],
+                 seeds: list[int] | None = None, device: torch.device | str = "cpu"):
         super().__init__()
         self.activations, self.dropouts = activations, dropouts
         self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
@@ -80,7 +87,50 @@ class StackedNet(nn.Module):
             self.activated.append(isinstance(following, Activation))
         for depth in range(len(self.layers[0])):
             self.learned.append(self._stack_learned([layers[depth] for layers in self.layers]))
-        self.generators: list[torch.Generator] = []  # per member: masks (set by the pack)
+        self.widths = [w.shape[2] for w, active in zip(self.weights, self.activated) if active]
+        # -- the masks (workers.masks): per row, the member's seed key and dropout; the rows that draw ----
+        self.row_dropout = list(dropouts)
+        self.row_stochastic = [bool(ls) and ls[0].definition.stochastic for ls in self.layers]
+        self.seed_keys = masks.seed_keys(list(range(len(activations))) if seeds is None else seeds, device)
+        self._mask_rows(torch.device(device))
+        self._pack_storage(torch.device(device))
+
+    def _mask_rows(self, device: torch.device) -> None:
+        rates = self.row_dropout
+        self.any_dropout, self.any_soi = any(rates), any(self.row_stochastic)
+        rows = [j for j, p in enumerate(rates) if p > 0]
+        # dropout: its rows (None: every row), their keep thresholds and scales, (R, 1, 1)
+        self.drop_rows = None if len(rows) == len(rates) else torch.tensor(rows, dtype=torch.long, device=device)
+        self.thresholds = torch.tensor([masks.keep_threshold(rates[j]) for j in rows], dtype=torch.int32, device=device)
+        self.scales = torch.tensor([1.0 / (1.0 - rates[j]) for j in rows], device=device).view(-1, 1, 1)
+        stochastic = [j for j, s in enumerate(self.row_stochastic) if s]
+        self.soi_span = (stochastic[0], stochastic[-1] + 1) if stochastic else None  # (first, end) row
+
+    # -- one buffer for every parameter ---------------------------------------------------------------
+    def _slots(self) -> list[tuple[nn.Module, str | int]]:
+        """(container, key) of every parameter, in a fixed order."""
+        slots: list = [(self.weights, i) for i in range(len(self.weights))]
+        slots += [(self.biases, i) for i in range(len(self.biases))]
+        slots += [(stacked, key) for stacked in self.learned for key in stacked.keys()]
+        return slots
+
+    def _pack_storage(self, device: torch.device, rows: Tensor | None = None) -> None:
+        """Move every parameter into one flat buffer (keeping only ``rows`` of each, if given)."""
+        slots = self._slots()
+        values = [container[key].detach() for container, key in slots]
+        if rows is not None:
+            values = [v[rows] for v in values]
+        self.flat = torch.cat([v.reshape(-1) for v in values]).to(device)
+        self.row_sizes = [v[0].numel() for v in values]  # per parameter, the elements of one member
+        offset = 0
+        for (container, key), value in zip(slots, values):
+            container[key] = nn.Parameter(self.flat[offset:offset + value.numel()].view(value.shape))
+            offset += value.numel()
+
+    def per_element(self, column: Tensor) -> Tensor:
+        """A per-member (P,) tensor spread over ``flat``'s elements (each element its member's value)."""
+        column = column.to(self.flat.device)
+        return torch.cat([column.repeat_interleave(n) for n in self.row_sizes])
 
     @staticmethod
     def _stack_learned(layers: list[Activation]) -> nn.ParameterDict:
@@ -100,20 +150,50 @@ class StackedNet(nn.Module):
         names = [self.activations[m] for m in members]
         return [(names[start], start, end) for start, end in _runs(names)]
 
-    def _activate(self, x: Tensor, members: list[int], depth: int) -> Tensor:
+    # -- the masks of a step: every site of every member that draws, in one pass per kind -----------
+    def dropout_noise(self, shape, device, members: list[int], step: int = 0) -> list[Tensor] | None:
+        """Each activated layer's inverted-dropout noise (P, B, width) at ``step``: 1/(1 − p) where
+        the member keeps the unit, else 0; 1 for members without dropout (their values pass
+        unchanged). None where no member drops out (or in eval mode). One hash over every layer's
+        counters side by side, for the dropout rows only (workers.masks). Always float32: a bf16 pack
+        draws the masks of an fp32 one."""
+        if not self.training or not self.any_dropout:
+            return None
+        batch, device = shape[1], torch.device(device)
+        sites = tuple((masks.site(layer, masks.DROPOUT), width) for layer, width in enumerate(self.widths))
+        keys = self.seed_keys if self.drop_rows is None else self.seed_keys.index_select(0, self.drop_rows)
+        keep = masks.kept(masks.step_keys(keys, step), _joined_counters(batch, sites, device), self.thresholds)
+        noise = torch.where(keep, self.scales, 0.0)
+        if self.drop_rows is not None:  # the other rows keep everything
+            noise = torch.ones((len(self.row_dropout), *noise.shape[1:]), device=device).index_copy_(0, self.drop_rows, noise)
+        return _by_site(noise, [width for _, width in sites])
+
+    def soi_uniforms(self, batch: int, device, step: int) -> list[Tensor] | None:
+        """Each activated layer's U[0, 1) for SOI's masks, (S, B, width) for the span of
+        stochastic rows (``soi_span``), or None without SOI members."""
+        if self.soi_span is None:
+            return None
+        start, end = self.soi_span
+        sites = tuple((masks.site(layer, masks.SOI), width) for layer, width in enumerate(self.widths))
+        drawn = masks.uniforms(masks.step_keys(self.seed_keys[start:end], step), _joined_counters(batch, sites, torch.device(device)))
+        return _by_site(drawn, [width for _, width in sites])
+
+    def _activate(self, x: Tensor, members: list[int], depth: int, soi_u: Tensor | None) -> Tensor:
         groups = self._groups(members)  # one slice per activation when the pack is sorted by it
-        if all(name in _INTO for name, _, _ in groups):  # the papers' activations at their defaults
-            if len(groups) == 1:
+        if not self.training:  # SOI at test time is its expectation x·Φ(x), the GELU (§4)
+            groups = [("gelu" if name == "soi" else name, start, end) for name, start, end in groups]
+        offset = self.soi_span[0] if self.soi_span else 0  # (soi_u's first row is the span's)
+        if all(name in _INTO or name == "soi" for name, _, _ in groups):  # the papers' activations at their defaults
+            if len(groups) == 1 and groups[0][0] != "soi":
                 return _PLAIN[groups[0][0]](x)
-            return _GroupedActivation.apply(x, groups)
+            return _GroupedActivation.apply(x, groups, soi_u, offset)
         parts = []  # anything else: a slice each, joined (autograd then pays a copy per slice)
         for name, start, end in groups:
             layer = self.layers[members[start]][depth]
             if layer.definition.stochastic:
-                u = (self._uniforms(torch.empty(x[start:end].shape, device=x.device), members[start:end])
-                     if self.training else None)  # (float32, as dropout_noise)
-                parts.append(soi_map(x[start:end], self.training, u=u, mu=layer.fixed.get("mu", 0.0),
-                                     sigma=layer.fixed.get("sigma", 1.0)))
+                u = None if soi_u is None else soi_u[start - offset:end - offset]
+                parts.append(soi_map(x[start:end], self.training, u=u,
+                                     mu=layer.fixed.get("mu", 0.0), sigma=layer.fixed.get("sigma", 1.0)))
                 continue
             params = dict(layer.fixed)
             for key, value in layer.learned.items():
@@ -130,56 +210,45 @@ class StackedNet(nn.Module):
                 found[f"learned_{key}_{depth}"] = stacked[position].detach().float().mean().item()
         return found
 
-    def _uniforms(self, out: Tensor, members: list[int]) -> Tensor:
-        """``out`` filled with U[0, 1), slice j from member j's stream."""
-        for j, m in enumerate(members):
-            uniform(out.shape[1:], out.device, self.generators[m], out=out[j])
-        return out
-
-    def _dropout(self, x: Tensor, members: list[int]) -> Tensor:
-        noise = self.dropout_noise(x.shape, x.device, members)
-        return x if noise is None else x * noise
-
-    def dropout_noise(self, shape, device, members: list[int]) -> Tensor | None:
-        """One layer's inverted-dropout noise (P, B, units), or None where no member drops out (or
-        in eval mode). Per member as dropout_noise: 1/(1 − p) where u < 1 − p, else 0; members
-        without dropout draw nothing (as alone) and keep everything. Always float32, from the
-        members' own streams: a bf16 pack draws the same masks as an fp32 one."""
-        rates = [self.dropouts[m] for m in members]
-        if not self.training or not any(rates):
-            return None
-        noise = torch.empty(shape, device=device)
-        for start, end in _runs(rates):  # one run of equal rates at a time, in place
-            p, part = rates[start], noise[start:end]
-            if p == 0:
-                part.fill_(1.0)
-            else:
-                self._uniforms(part, members[start:end]).lt_(1.0 - p).mul_(1.0 / (1.0 - p))
-        return noise
-
     def keep(self, index: Tensor) -> None:
-        """Keep only the members at ``index`` (new parameters: autograd keeps each one's shape)."""
-        for params in (self.weights, self.biases):
-            for i, param in enumerate(params):
-                params[i] = nn.Parameter(param.detach()[index].contiguous())
-        for stacked in self.learned:
-            for key, param in stacked.items():
-                stacked[key] = nn.Parameter(param.detach()[index].contiguous())
+        """Keep only the members at ``index`` (rows of every parameter, and of the masks' per-row data)."""
+        self._pack_storage(self.flat.device, index)
+        rows = index.tolist()
+        self.row_dropout = [self.row_dropout[j] for j in rows]
+        self.row_stochastic = [self.row_stochastic[j] for j in rows]
+        self.seed_keys = self.seed_keys[index]
+        self._mask_rows(self.flat.device)
 
-    def forward(self, x: Tensor, members: list[int], collect: list | None = None) -> Tensor:
-        """``x``: (P, B, D) per-member inputs, or (B, D) shared by all members; returns (P, B, out)."""
+    def forward(self, x: Tensor, members: list[int], collect: list | None = None, step: int = 0) -> Tensor:
+        """``x``: (P, B, D) per-member inputs, or (B, D) shared by all members; returns (P, B, out).
+        In training mode the masks are those of optimiser step ``step``."""
+        batch = x.shape[-2]
+        noises = self.dropout_noise((len(members), batch), x.device, members, step)
+        soi = self.soi_uniforms(batch, x.device, step) if self.training else None
         depth = 0  # activated layers so far
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
             if x.dim() == 2:  # shared input (evaluation): every member reads the same rows (a stride-0 batch)
                 x = x.expand(len(weight), *x.shape)
             x = torch.baddbmm(bias, x, weight)
             if self.activated[i]:
-                x = self._activate(x, members, depth)
-                depth += 1
+                x = self._activate(x, members, depth, soi[depth] if soi else None)
                 if collect is not None:
                     collect.append(x)
-                x = self._dropout(x, members)
+                if noises is not None:
+                    x = x * noises[depth]
+                depth += 1
         return x
+
+
+def _by_site(drawn: Tensor, widths: list[int]) -> list[Tensor]:
+    """The per-site views of masks drawn side by side on the last dimension."""
+    return list(drawn.split(widths, dim=-1))
+
+
+@lru_cache(maxsize=64)
+def _joined_counters(batch: int, sites: tuple[tuple[int, int], ...], device: torch.device) -> Tensor:
+    """The sites' counters (workers.masks.site_counters) side by side, (batch, Σ widths)."""
+    return torch.cat([masks.site_counters(batch, width, site_id, device) for site_id, width in sites], dim=1)
 
 
 # Out-variants of the aten kernels that F.gelu, F.relu, F.elu, ... run forward and backward (ELU forward
@@ -214,24 +283,35 @@ class _GroupedActivation(torch.autograd.Function):
     Slicing the runs and joining them with torch.cat costs a copy forward and, backward, a zeroed
     full-size gradient per slice: about a fifth of a pack's training step for the paper's MLP.
     The kernels are the ones autograd runs for each activation alone, so the values are the same
-    bit for bit (tests/workers/test_fused.py)."""
+    bit for bit (tests/workers/test_fused.py). SOI's run (training) is m·x with m = [u < Φ(x)]
+    (workers.activations.soi_map), its gradient the incoming one where m = 1."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, groups: list[tuple[str, int, int]]) -> Tensor:
+    def forward(ctx, x: Tensor, groups: list[tuple[str, int, int]], soi_u: Tensor | None, offset: int) -> Tensor:
         out = torch.empty_like(x)
-        for name, start, end in groups:
-            _INTO[name][0](x[start:end], out[start:end])
-        ctx.save_for_backward(x)
-        ctx.groups = groups
+        sizes = [end - start for _, start, end in groups]  # (split: one view op for all runs)
+        kept = None
+        for (name, start, end), xs, outs in zip(groups, x.split(sizes), out.split(sizes)):
+            if name == "soi":
+                with torch.no_grad():
+                    kept = soi_u[start - offset:end - offset] < normal_cdf(xs)
+                torch.mul(kept, xs, out=outs)
+            else:
+                _INTO[name][0](xs, outs)
+        ctx.save_for_backward(x, kept)
+        ctx.groups, ctx.sizes = groups, sizes
         return out
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
-        (x,), grad = ctx.saved_tensors, grad.contiguous()
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        (x, kept), grad = ctx.saved_tensors, grad.contiguous()
         grad_in = torch.empty_like(x)
-        for name, start, end in ctx.groups:
-            _INTO[name][1](grad[start:end], x[start:end], grad_in[start:end])
-        return grad_in, None
+        for (name, _, _), gs, xs, ins in zip(ctx.groups, grad.split(ctx.sizes), x.split(ctx.sizes), grad_in.split(ctx.sizes)):
+            if name == "soi":
+                torch.mul(gs, kept, out=ins)
+            else:
+                _INTO[name][1](gs, xs, ins)
+        return grad_in, None, None, None
 
 
 class CompiledStep:
@@ -239,8 +319,8 @@ class CompiledStep:
 
     The layers, activations, dropout and loss of a step are traced as one graph, so Inductor fuses
     each layer's bias, activation and mask into the matmul's neighbours and the backward into as
-    few kernels. The dropout noise is drawn before the call, eagerly, from the members' own
-    streams in the order the eager step draws it, so compiled and eager packs see the same masks.
+    few kernels. The dropout noise is drawn before the call, eagerly, from the counter-based
+    generator (workers.masks), so compiled and eager packs see the same masks.
     It takes packs whose activations are all fixed functions (``_PLAIN``); for the others (SOI's
     sampled masks, learnable or expression activations) the pack steps eagerly. A new shape (the
     last, smaller batch; a member leaving the pack) compiles once more.
@@ -253,10 +333,10 @@ class CompiledStep:
     def takes(self, members: list[int]) -> bool:
         return all(name in _PLAIN for name, _, _ in self.net._groups(members))
 
-    def __call__(self, x: Tensor, y: Tensor, members: list[int]) -> Tensor:
-        net, batch = self.net, x.shape[1]
-        widths = [w.shape[2] for w, active in zip(net.weights, net.activated) if active]
-        noises = tuple(net.dropout_noise((len(members), batch, width), x.device, members) for width in widths)
+    def __call__(self, x: Tensor, y: Tensor, members: list[int], step: int) -> Tensor:
+        net = self.net
+        noises = net.dropout_noise((len(members), x.shape[1]), x.device, members, step)
+        noises = tuple(noises) if noises is not None else (None,) * len(net.widths)
         groups = tuple(net._groups(members))
         return self.losses(tuple(net.weights), tuple(net.biases), x, y, groups, tuple(net.activated), noises, self.task)
 
@@ -276,82 +356,123 @@ def _dense_losses(weights, biases, x: Tensor, y: Tensor, groups, activated, nois
 
 
 class StackedOptimizer:
-    """Adam or SGD (momentum, Nesterov, weight decay) on stacked parameters, with a per-member lr.
+    """Adam or SGD (momentum, Nesterov, weight decay) on a pack's stacked parameters, each member
+    with its own lr: one update of a handful of kernels for the whole pack, whatever its size.
 
-    The formulas are torch.optim's (single-tensor Adam and SGD), applied to all members at once.
+    - Adam, one lr for the pack: torch.optim's fused Adam over the parameters (one pass).
+    - Adam, several lrs: the same fused Adam at lr 1 on a zeroed update buffer, which it leaves
+      holding −m̂/(√v̂ + ε); the parameters then move by that times each member's lr, spread over
+      the flat buffer (StackedNet.per_element): one ``addcmul_``. L2 weight decay joins the
+      gradients first, as torch.optim.Adam adds it.
+    - SGD: torch.optim.SGD's formulas (dampening 0) with the lrs spread alike, as foreach ops.
     """
 
-    def __init__(self, cfg: TrialConfig, params: list[nn.Parameter], lrs: list[float]):
-        self.cfg, self.params = cfg, params
-        self.lrs = list(lrs)
-        self.base_lr = torch.tensor(lrs, device=params[0].device)
+    def __init__(self, cfg: TrialConfig, net: StackedNet, lrs: list[float]):
+        self.cfg, self.net = cfg, net
         self.factor = 1.0  # the schedule's multiple of the base lr
         self.step_count = 0
-        self.state = [{} for _ in params]
+        self.state: dict[str, Tensor] = {}
         if cfg.optimizer == "adam":
-            for state, param in zip(self.state, params):
-                state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(param), torch.zeros_like(param)
+            self.state = {"exp_avg": torch.zeros_like(net.flat), "exp_avg_sq": torch.zeros_like(net.flat)}
+        self._rows(list(lrs))
 
-    def keep(self, index: Tensor, params: list[nn.Parameter]) -> None:
-        """Drop the members not in ``index``; ``params`` are the sliced parameters."""
-        self.params = params
-        self.base_lr = self.base_lr[index]
-        self.lrs = [self.lrs[i] for i in index.tolist()]
-        self.state = [{k: v[index] for k, v in state.items()} for state in self.state]
+    def _rows(self, lrs: list[float]) -> None:
+        """Per-member lrs, and what they need: the lr per element and the update buffer where they differ."""
+        self.lrs = lrs
+        self.single_lr = len(set(lrs)) == 1
+        self.base_lr = torch.tensor(lrs[0], device=self.net.flat.device)  # (float32, as torch.optim's lr meets a tensor)
+        self.lr_flat = None if self.single_lr else self.net.per_element(torch.tensor(lrs))
+        self.lr_now = None  # SGD with several lrs, under a schedule: lr_flat × factor (made when first needed)
+        adam_ = self.cfg.optimizer == "adam"
+        self.update = torch.zeros_like(self.net.flat) if adam_ and not self.single_lr else None
+        self._bind()
+
+    def _bind(self) -> None:
+        """The views the update works on, made once (a view is an op per step otherwise)."""
+        self.params = list(self.net.parameters())
+        self.views = {key: self._views(buffer) for key, buffer in
+                      {**self.state, "update": self.update, "lr_flat": self.lr_flat, "lr_now": self.lr_now}.items()
+                      if buffer is not None}
+        self.counters = [torch.full((), float(self.step_count), device=self.net.flat.device) for _ in self.params]
+
+    def _views(self, flat: Tensor) -> list[Tensor]:
+        """``flat`` cut as the parameters are (a view per parameter)."""
+        views, offset = [], 0
+        for param in self.net.parameters():
+            views.append(flat[offset:offset + param.numel()].view(param.shape))
+            offset += param.numel()
+        return views
+
+    def buffer_bytes(self) -> int:
+        """Bytes the optimiser holds beside the parameters (state, update buffer, spread lrs)."""
+        return sum(t.nbytes for t in self.state.values()) + sum(
+            t.nbytes for t in (self.update, self.lr_flat, self.lr_now) if t is not None)
+
+    def keep(self, index: Tensor) -> None:
+        """Drop the members not in ``index`` (the net has kept its rows already)."""
+        self.state = {key: torch.cat([view[index].reshape(-1) for view in self.views[key]]) for key in self.state}
+        self._rows([self.lrs[i] for i in index.tolist()])
 
     def state_dict(self) -> dict:
-        return {"state": self.state, "step_count": self.step_count}
+        return {"flat_state": self.state, "step_count": self.step_count}
 
     def load_state_dict(self, saved: dict) -> None:
-        device = self.params[0].device
-        self.state = [{k: v.to(device) for k, v in state.items()} for state in saved["state"]]
+        device = self.net.flat.device
+        if "flat_state" in saved:
+            self.state = {k: v.to(device) for k, v in saved["flat_state"].items()}
+        else:  # a checkpoint of the per-parameter layout: joined in StackedNet's order
+            self.state = {key: torch.cat([s[key].to(device).reshape(-1) for s in saved["state"]])
+                          for key in saved["state"][0]}
         self.step_count = saved["step_count"]
+        self._bind()
 
     @torch.no_grad()
     def step(self) -> None:
-        cfg = self.cfg
-        for param in self.params:  # (a learnable activation parameter no member in the pack uses)
-            if param.grad is None:
-                param.grad = torch.zeros_like(param)
+        cfg, params, views = self.cfg, self.params, self.views
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]  # (a parameter no member uses)
         self.step_count += 1
-        if cfg.optimizer == "adam":
-            # torch.optim's functional Adam with its fused kernel (one pass over each tensor), once per
-            # run of members with one lr: the update of torch.optim.Adam's default (m, v, bias
-            # corrections, L2 weight decay into the gradient). Members step together, so their step
-            # counts are equal: each call gets fresh counters at the count before this step.
-            for start, end in _runs(self.lrs):
-                part = slice(start, end)
-                counters = [torch.full((), float(self.step_count - 1), device=self.params[0].device) for _ in self.params]
-                adam([p[part] for p in self.params], [p.grad[part] for p in self.params],
-                     [s["exp_avg"][part] for s in self.state], [s["exp_avg_sq"][part] for s in self.state], [],
-                     counters, fused=True, amsgrad=False, lr=self.lrs[start] * self.factor, beta1=BETAS[0],
-                     beta2=BETAS[1], weight_decay=cfg.weight_decay, eps=EPS, maximize=False)
+        if cfg.optimizer == "adam":  # (the fused Adam counts its steps in self.counters)
+            m, v = views["exp_avg"], views["exp_avg_sq"]
+            if self.single_lr:  # torch.optim's Adam as it is (its weight decay included)
+                adam(params, grads, m, v, [], self.counters, fused=True, amsgrad=False, lr=self.lrs[0] * self.factor,
+                     beta1=BETAS[0], beta2=BETAS[1], weight_decay=cfg.weight_decay, eps=EPS, maximize=False)
+                return
+            if cfg.weight_decay:
+                grads = torch._foreach_add(grads, params, alpha=cfg.weight_decay)
+            self.update.zero_()
+            adam(views["update"], grads, m, v, [], self.counters, fused=True, amsgrad=False, lr=1.0,
+                 beta1=BETAS[0], beta2=BETAS[1], weight_decay=0.0, eps=EPS, maximize=False)
+            self.net.flat.addcmul_(self.update, self.lr_flat, value=self.factor)
             return
-        for param, state in zip(self.params, self.state):
-            lr = (self.base_lr * self.factor).view(-1, *([1] * (param.dim() - 1)))
-            grad = param.grad if not cfg.weight_decay else param.grad.add(param, alpha=cfg.weight_decay)
-            if cfg.momentum:  # torch.optim.SGD, dampening 0
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = grad.clone()
-                else:
-                    state["momentum_buffer"].mul_(cfg.momentum).add_(grad)
-                buffer = state["momentum_buffer"]
-                grad = grad.add(buffer, alpha=cfg.momentum) if cfg.nesterov else buffer
-            param.sub_(grad * lr)
+        if cfg.weight_decay:
+            grads = torch._foreach_add(grads, params, alpha=cfg.weight_decay)
+        if cfg.momentum:  # torch.optim.SGD, dampening 0
+            if "momentum_buffer" not in self.state:
+                self.state["momentum_buffer"] = torch.cat([g.reshape(-1) for g in grads])
+                self._bind()
+            else:
+                torch._foreach_mul_(views["momentum_buffer"], cfg.momentum)
+                torch._foreach_add_(views["momentum_buffer"], grads)
+            buffers = self.views["momentum_buffer"]
+            grads = torch._foreach_add(grads, buffers, alpha=cfg.momentum) if cfg.nesterov else buffers
+        # grad × lr in float32, lr = float32(lr) × factor, as the per-member (P, 1, 1) lr tensor gave it
+        if self.single_lr:
+            lr = self.base_lr * self.factor
+        elif self.factor == 1.0:
+            lr = self.views["lr_flat"]
+        else:
+            if self.lr_now is None:
+                self.lr_now = torch.empty_like(self.lr_flat)
+                self._bind()
+            torch.mul(self.lr_flat, self.factor, out=self.lr_now)
+            lr = self.views["lr_now"]
+        torch._foreach_sub_(params, torch._foreach_mul(grads, lr))
 
 
 def _runs(values: list) -> list[tuple[int, int]]:
     """(start, end) of each run of equal consecutive values."""
     starts = [i for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
     return list(zip(starts, starts[1:] + [len(values)]))
-
-
-def _mask_stream(seed: int, device: torch.device) -> torch.Generator:
-    """The stream the reference trial's masks come from: the global generator after the
-    network was built under ``seed`` (CPU), or the device's generator seeded with it (CUDA)."""
-    if device.type == "cpu":
-        return torch.Generator().set_state(torch.get_rng_state())
-    return torch.Generator(device=device).manual_seed(seed)
 
 
 def _losses(out: Tensor, x: Tensor, y: Tensor, task: str) -> tuple[Tensor, Tensor]:
@@ -384,18 +505,18 @@ def evaluate_pack(net: StackedNet, members: list[int], x: Tensor, y: Tensor, tas
 
 class StackedPack:
     """A fused pack for workers.train.train_members: the members' MLPs as one StackedNet and one
-    StackedOptimizer, each member's mask stream, and which members are still in it."""
+    StackedOptimizer, and which members are still in it. The masks need no state: they are a
+    function of each member's seed and the step (workers.masks)."""
 
     def __init__(self, cfgs: list[TrialConfig], splits: Splits, device: torch.device):
         self.cfgs, self.first, self.device = cfgs, cfgs[0], device
-        references, self.masks = [], []
-        for cfg in cfgs:  # per member: the reference network under its seed, then its mask stream
+        references = []
+        for cfg in cfgs:  # per member: the reference network under its seed
             torch.manual_seed(cfg.seed)
             references.append(build_model(cfg.model, splits.in_shape, splits.n_classes, cfg.activation_def, cfg.dropout))
-            self.masks.append(_mask_stream(cfg.seed, device))
-        self.net = StackedNet(references, [c.activation for c in cfgs], [c.dropout for c in cfgs]).to(device)
-        self.net.generators = self.masks
-        self.optimizer = StackedOptimizer(self.first, list(self.net.parameters()), [c.lr for c in cfgs])
+        self.net = StackedNet(references, [c.activation for c in cfgs], [c.dropout for c in cfgs],
+                              [c.seed for c in cfgs], device)
+        self.optimizer = StackedOptimizer(self.first, self.net, [c.lr for c in cfgs])
         self.members = list(range(len(cfgs)))
         self.compiled = CompiledStep(self.net, self.first.task) if self.first.compile else None
 
@@ -411,10 +532,10 @@ class StackedPack:
     def train(self) -> None:
         self.net.train()
 
-    def losses(self, x: Tensor, y: Tensor) -> Tensor:
+    def losses(self, x: Tensor, y: Tensor, step: int) -> Tensor:
         if self.compiled is not None and self.compiled.takes(self.members):
-            return self.compiled(x, y, self.members)
-        return _losses(self.net(x, self.members), x, y, self.first.task)[0]
+            return self.compiled(x, y, self.members, step)
+        return _losses(self.net(x, self.members, step=step), x, y, self.first.task)[0]
 
     def zero_grad(self) -> None:
         for param in self.net.parameters():
@@ -440,18 +561,17 @@ class StackedPack:
     def keep(self, positions: list[int]) -> None:
         index = torch.tensor(positions, device=self.device, dtype=torch.long)
         self.net.keep(index)
-        self.optimizer.keep(index, list(self.net.parameters()))
+        self.optimizer.keep(index)
         self.members = [self.members[i] for i in positions]
 
     def state(self) -> dict:
-        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "masks": [g.get_state() for g in self.masks]}
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def restore(self, state: dict) -> None:
-        self.net.load_state_dict(state["net"])
+        with torch.no_grad():  # into the buffer's views: the parameters stay rows of StackedNet.flat
+            for name, param in self.net.named_parameters():
+                param.copy_(state["net"][name])
         self.optimizer.load_state_dict(state["optimizer"])
-        for generator, saved in zip(self.masks, state["masks"]):
-            generator.set_state(saved)
 
 
 def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str = "cpu", *,

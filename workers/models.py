@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from workers.activations import Activation, Dropout
 from workers.init import INITS
+from workers.masks import DROPOUT, SOI, MaskClock, site
 from workers.registry import MODELS
 
 
@@ -315,4 +316,17 @@ def build_model(model: dict, in_shape: tuple[int, ...], n_out: int, activation, 
                 vocab_size: int = 0) -> nn.Module:
     """The network a spec's ``model`` block describes, for one grid point (its ``kind`` picks the builder)."""
     model = {"init": "torch_default", **model}
-    return MODELS.get(model["kind"])(model, tuple(in_shape), n_out, activation, dropout, vocab_size)
+    return attach_mask_clock(MODELS.get(model["kind"])(model, tuple(in_shape), n_out, activation, dropout, vocab_size))
+
+
+def attach_mask_clock(net: nn.Module) -> nn.Module:
+    """Give ``net`` one MaskClock (``net.mask_clock``) shared by its SOI and Dropout layers, each at
+    its site (workers.masks.site): the k-th activation layer draws SOI's mask at site(k, SOI), the
+    k-th Dropout at site(k, DROPOUT), as the layers of a fused pack do (workers.fused)."""
+    net.mask_clock = MaskClock()
+    activations = [m for m in net.modules() if isinstance(m, Activation)]
+    dropouts = [m for m in net.modules() if isinstance(m, Dropout)]
+    for layers, kind in ((activations, SOI), (dropouts, DROPOUT)):
+        for k, layer in enumerate(layers):
+            layer.mask_clock, layer.mask_site = net.mask_clock, site(k, kind)
+    return net

@@ -14,9 +14,11 @@ step of a small pack, on the CPU, counting the tensors that a step keeps alive o
   layer under ``no_grad``), and, with ``eval_noise``, the noisy copy of the test set (GELU Fig. 3);
 - fixed, once per pack: the dataset resident on the device.
 
-The step runs the same code on a CPU as on a GPU, so these counts are the device's; what the count
-leaves out (the CUDA context, the allocator's rounding, backward's transient gradients of one
-layer at a time) is the headroom that the budget keeps back (service.driver.pack_sizing).
+The step runs the same code on a CPU as on a GPU, so these counts are the device's. On a GPU the
+allocator also holds cuBLAS's workspaces (tens of MiB on Hopper, whatever the pack's size), its
+rounding and the step's transients: measured there by one real step (:func:`device_overhead_bytes`)
+and added to the fixed part. The CUDA context lies outside the allocator: the driver counts it per
+process (service.driver.gpu_placement), and the budget keeps a headroom (service.driver.pack_sizing).
 """
 from __future__ import annotations
 
@@ -60,6 +62,12 @@ def dataset_bytes(splits: Splits) -> int:
 def step_bytes(cfgs: list[TrialConfig], splits: Splits) -> int:
     """Bytes one training step of a pack of ``cfgs`` keeps alive, without the dataset: measured on
     the CPU (persistent state and saved tensors) plus the per-member buffers of the module docstring."""
+    return sum(_step_parts(cfgs, splits))
+
+
+def _step_parts(cfgs: list[TrialConfig], splits: Splits) -> tuple[int, int]:
+    """(what one training step holds: weights, gradients, optimiser state, saved tensors;
+    the per-member buffers written from the code's shapes)."""
     first = cfgs[0]
     pack = StackedPack(cfgs, splits, torch.device("cpu"))
     batch = min(first.batch_size, len(splits.train_y))
@@ -77,21 +85,47 @@ def step_bytes(cfgs: list[TrialConfig], splits: Splits) -> int:
     idx = torch.stack([torch.randperm(batch, generator=torch.Generator().manual_seed(c.seed)) for c in cfgs])
     xb, yb = pack.batch(x, y, idx, [])  # (P, B): each member its own order of the batch, as it trains
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
-        train_step(pack, xb, yb, contextlib.nullcontext(), 1.0)
-    weights = sum(p.nbytes for p in pack.net.parameters())
-    optimiser = sum(t.nbytes for state in pack.optimizer.state for t in state.values() if torch.is_tensor(t))
+        train_step(pack, xb, yb, contextlib.nullcontext(), 1.0, step=0)
+    weights = pack.net.flat.nbytes
+    optimiser = pack.optimizer.buffer_bytes()
     members = len(cfgs)
     widest = max(w.shape[-1] for w in pack.net.weights)
     eval_bytes = members * 2 * EVAL_BATCH * widest * 4
     order_bytes = members * len(splits.train_y) * 8
     noise_bytes = members * 2 * int(np.asarray(splits.test_x).size) * 4 if first.eval_noise else 0
-    return 2 * weights + optimiser + sum(saved.values()) + eval_bytes + order_bytes + noise_bytes
+    return 2 * weights + optimiser + sum(saved.values()), eval_bytes + order_bytes + noise_bytes
 
 
-def measure_footprint(cfgs: list[TrialConfig], splits: Splits) -> PackFootprint:
+def device_overhead_bytes(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str) -> int:
+    """On a GPU, what a pack's process holds in the caching allocator beyond the tensors the CPU
+    count sees: cuBLAS's workspaces (allocated at the first matmul, kept), the allocator's rounding
+    and the step's transients. Measured: the allocator's peak over one real step of a pack of
+    ``cfgs`` on ``device``, less the dataset and what the same step holds on the CPU. 0 on a CPU
+    (the CUDA context itself lies outside the allocator: service.driver.gpu_placement counts it)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    pack = StackedPack(cfgs, splits, device)
+    train_x, train_y = pack.place(splits.arrays())[:2]
+    batch = min(cfgs[0].batch_size, len(splits.train_y))
+    idx = torch.arange(batch, device=device).expand(len(cfgs), batch)
+    xb, yb = pack.batch(train_x, train_y, idx, [])
+    train_step(pack, xb, yb, contextlib.nullcontext(), 1.0, step=0)
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - before
+    held, _ = _step_parts(cfgs, splits)
+    return max(0, peak - dataset_bytes(splits) - held)
+
+
+def measure_footprint(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str = "cpu") -> PackFootprint:
     """The footprint of packs of the configs' kind: ``cfgs`` holds one config per activation of the
-    grid (their costs differ: SOI saves its uniforms); a pack of each once and a pack of each twice
-    give the per-member bytes, averaged over the activations."""
+    grid (their costs differ: SOI saves its mask); a pack of each once and a pack of each twice
+    give the per-member bytes, averaged over the activations. On a GPU ``device``, the fixed part
+    also holds what its allocator keeps beyond the tensors (:func:`device_overhead_bytes`)."""
     once = step_bytes(cfgs, splits)
     twice = step_bytes([*cfgs, *cfgs], splits)
-    return PackFootprint(fixed=dataset_bytes(splits), per_member=max(1, -(-(twice - once) // len(cfgs))))
+    return PackFootprint(fixed=dataset_bytes(splits) + device_overhead_bytes(cfgs, splits, device),
+                         per_member=max(1, -(-(twice - once) // len(cfgs))))

@@ -205,7 +205,7 @@ class Members(Protocol):
     def place(self, arrays: list) -> list: ...  # the splits' six arrays, resident as this kind reads them
     def batch(self, x, y: Tensor, idx: Tensor, orders: list) -> tuple[Tensor, Tensor]: ...  # idx: (P, B)
     def train(self) -> None: ...
-    def losses(self, x: Tensor, y: Tensor) -> Tensor: ...  # train mode: each member's mean loss, (P,)
+    def losses(self, x: Tensor, y: Tensor, step: int) -> Tensor: ...  # train mode, masks of ``step``: (P,) mean losses
     def zero_grad(self) -> None: ...
     def step(self, lr_factor: float) -> None: ...  # the optimiser's step at lr × lr_factor
     def evaluate(self, x, y: Tensor, top5: bool, per_member: bool) -> list[dict[str, float]]: ...
@@ -218,9 +218,10 @@ class Members(Protocol):
 
 
 class OneModel:
-    """One trial: any network of workers.models and its optimiser (workers.optim). Its dropout, input
-    noise and SOI draw from the global generator, seeded with the trial's seed before the network is
-    built, as a plain PyTorch script would."""
+    """One trial: any network of workers.models and its optimiser (workers.optim). Its dropout and
+    SOI masks come from the counter-based generator of workers.masks, keyed by its seed and the
+    step (as a fused pack member's); input noise and torch's own dropout layers draw from the global
+    generator, seeded with the trial's seed before the network is built, as a plain script would."""
 
     def __init__(self, cfgs: list[TrialConfig], splits: Splits, device: torch.device):
         (cfg,) = cfgs
@@ -232,6 +233,8 @@ class OneModel:
             with torch.no_grad():
                 self.model.embedding.weight.copy_(torch.as_tensor(splits.embeddings))
         self.optimizer = make_optimizer(cfg, self.model.parameters())
+        if getattr(self.model, "mask_clock", None) is not None:
+            self.model.mask_clock.start(cfg.seed, device)
 
     def place(self, arrays: list) -> list:
         return [on_device(a, self.device) for a in arrays]
@@ -243,7 +246,9 @@ class OneModel:
     def train(self) -> None:
         self.model.train()
 
-    def losses(self, x: Tensor, y: Tensor) -> Tensor:
+    def losses(self, x: Tensor, y: Tensor, step: int) -> Tensor:
+        if getattr(self.model, "mask_clock", None) is not None:
+            self.model.mask_clock.step = step
         return batch_loss(self.model, self.cfg.task, x, y)[0].unsqueeze(0)
 
     def zero_grad(self) -> None:
@@ -279,10 +284,11 @@ class OneModel:
 
 # -- the epoch loop ----------------------------------------------------------------------------------
 
-def train_step(members: Members, x: Tensor, y: Tensor, precision, lr_factor: float) -> Tensor:
-    """One optimiser step of every member on its batch; the members' losses (detached)."""
+def train_step(members: Members, x: Tensor, y: Tensor, precision, lr_factor: float, step: int = 0) -> Tensor:
+    """Optimiser step ``step`` (0-based, counted over the whole run) of every member on its batch;
+    the members' losses (detached). The step keys the members' dropout and SOI masks (workers.masks)."""
     with precision, record_function("train.forward"):  # (phase labels for torch.profiler: docs/speed.md)
-        losses = members.losses(x, y)
+        losses = members.losses(x, y, step)
     with record_function("train.backward"):
         members.zero_grad()
         losses.sum().backward()  # members' graphs are disjoint: each gets its own gradient
@@ -349,7 +355,7 @@ def train_members(members: Members, splits: Splits, *, resume: dict | None = Non
                 members.set_dropout(phase["dropout_on"], phase["dropout_scale"])
             idx = permutations[:, i:i + batch]
             x, y = members.batch(train_x, train_y, idx, [orders[m] for m in members.members])
-            loss_sum += train_step(members, x, y, precision, factor) * idx.shape[1]  # (no .item() per step)
+            loss_sum += train_step(members, x, y, precision, factor, step) * idx.shape[1]  # (no .item() per step)
         train_loss = [total / n for total in loss_sum.tolist()]
 
         # -- a member whose loss is not finite is reported diverged and leaves -------------------------

@@ -17,6 +17,9 @@ which the plain script does not make and the FLOP count does not hold (with them
 Variants (``--variants``; ``paper`` runs them all):
 - plain: a PyTorch script per trial, as a researcher writes it (nn.Sequential, a shuffling
   DataLoader, torch.optim.Adam), trials one after another on all cores;
+- engine: the fused engine without the orchestration: ``workers.fused.train_pack`` called
+  directly on one pack of every trial, on the device (all cores' threads on a CPU), no Ray Tune,
+  no MLflow (service.benchmarks.engine);
 - per_trial: ``run_sweep``, one Ray Tune trial per grid point, metrics to MLflow;
 - fused: ``execution.mode: fused``, one pack per core, one thread each (the default placement);
 - fused_threads: one pack of every trial, with all cores as its threads (packs vs threads);
@@ -25,7 +28,10 @@ Variants (``--variants``; ``paper`` runs them all):
 
 Each is timed end to end, and from the epochs its trials report, in steady state (epochs after
 the first); the difference is its fixed start (Ray, Tune, MLflow, the first epoch's warm-up,
-compilation, figures). Achieved GFLOP/s are set against the peaks the bench measures first: a
+compilation, figures). The bench also prints the aten ops one training step of a planner-formed
+Fig. 2 pack dispatches, at 18 and at 360 members, beside a lone ``nn.Sequential``'s. Where MNIST
+is not installed it runs on synthetic data of MNIST's shape (workers.data.synthetic) and says so:
+the speed is the same, the numbers learnt are not. Achieved GFLOP/s are set against the peaks the bench measures first: a
 large fp32 matmul, and bf16 where the device has it (native bf16 or emulated, the bench says
 which). With ``--device cuda`` the trials run on the GPU (packs take 1/packs of it each) and
 every timing is synchronised. With ``--repeats N`` the variants run in turn N times and each
@@ -55,7 +61,7 @@ WORKLOADS = {  # train_examples per epoch (None: all 55,000), epochs, seeds per 
     "quick": {"train_examples": 12_800, "epochs": 3, "trials_per_activation": 8},
     "paper": {"train_examples": None, "epochs": 3, "trials_per_activation": 8},
 }
-VARIANTS = ("plain", "per_trial", "fused", "fused_threads", "fused_compile", "fused_bf16", "fused_tf32")
+VARIANTS = ("plain", "per_trial", "engine", "fused", "fused_threads", "fused_compile", "fused_bf16", "fused_tf32")
 
 
 def _sync(device: str) -> None:
@@ -169,6 +175,52 @@ def _epoch_clock():
     return EpochClock()
 
 
+def run_engine(grid: list[dict], splits, epochs: int, threads: int, device: str) -> dict:
+    """One pack of every trial through ``train_pack``, timed as the other variants."""
+    from dataclasses import replace
+
+    from service.benchmarks.engine import engine_rate
+    from workers.trial import TrialConfig
+
+    torch.set_num_threads(threads)
+    base = TrialConfig("gelu", LR, 0.0, 0, epochs=epochs, batch_size=BATCH, eval_noise=(),
+                       model={"kind": "mlp", "depth": DEPTH, "width": WIDTH, "init": "unit_norm_rows"})
+    cfgs = sorted((replace(base, activation=p["activation"], dropout=p["dropout"], seed=p["seed"]) for p in grid),
+                  key=lambda c: (c.activation, c.seed))  # (as the planner sorts a pack: one kernel per activation)
+    started = time.perf_counter()
+    rate = engine_rate(cfgs, splits, device, epochs)
+    return {"seconds": time.perf_counter() - started, "steady_rate": rate["steady_trial_epochs_per_s"]}
+
+
+def load_mnist_or_synthetic(train_examples: int | None):
+    """MNIST's splits as the sweeps load them, or, where MNIST is not installed, synthetic data
+    of its shape (and a line saying so)."""
+    from workers.data import DatasetNotFound, load_dataset
+    from workers.data.synthetic import mnist_shaped
+
+    try:
+        return load_dataset("mnist", Path(tempfile.gettempdir()) / "actsweep-bench-no-data", False, 5000, train_examples)
+    except DatasetNotFound:
+        splits = mnist_shaped(train=train_examples or 55_000)
+        print(f"MNIST is not installed here: the bench runs on {splits.source} "
+              f"({len(splits.train_y)} training images); speed only, nothing learnt")
+        return splits
+
+
+def print_step_ops(device: str) -> dict:
+    """The aten ops of one training step of planner-formed Fig. 2 packs, and of a lone network."""
+    from service.benchmarks.engine import fig2_pack, lone_sequential_ops, step_ops
+    from workers.data.synthetic import mnist_shaped
+
+    data = mnist_shaped(train=512, val=64, test=64)
+    counts = {f"pack_{18 * seeds}": sum(step_ops(fig2_pack(seeds), data, device).values()) for seeds in (1, 20)}
+    counts["lone_sequential"] = lone_sequential_ops()
+    print(f"aten ops per training step: a Fig. 2 pack of 18 members {counts['pack_18']}, of 360 members "
+          f"{counts['pack_360']}; a lone nn.Sequential with dropout and torch.optim.Adam {counts['lone_sequential']}",
+          flush=True)
+    return counts
+
+
 def run_actsweep(overrides: dict, splits, home: Path, slots: int) -> dict:
     """One sweep of the workload; ``slots``: the Tune trials that run at once."""
     from search_spaces import load_spec
@@ -239,15 +291,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     import ray
 
-    from workers.data import load_dataset
     from workers.precision import has_native_bf16
 
     cores = os.cpu_count() or 1
     slots = 2 if args.device == "cuda" else cores  # packs (or trials) at once: on a GPU two share it
     seeds = list(range(workload["trials_per_activation"]))
     grid = [{"activation": a, "dropout": args.dropout, "seed": s} for a in ACTIVATIONS for s in seeds]
-    splits = load_dataset("mnist", Path(tempfile.gettempdir()) / "actsweep-bench-no-data", False, 5000,
-                          workload["train_examples"])
+    splits = load_mnist_or_synthetic(workload["train_examples"])
     epochs = workload["epochs"]
     evaluated = len(splits.train_y) + len(splits.val_y) + len(splits.test_y)
     trial_epochs = len(grid) * epochs
@@ -268,6 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
           + ", ".join(f"{k} {v:.1f}" for k, v in peak.items())
           + ("" if native_bf16 else " (this CPU has no native bf16: bf16 matmuls are emulated)")
           + f"; torch {torch.__version__}", flush=True)
+    ops = print_step_ops(args.device)
 
     base = {"train_subset": workload["train_examples"], "epochs": epochs, "activation": list(ACTIVATIONS),
             "execution.rerun": True,  # train every variant (the trial cache would reuse the first one's runs)
@@ -280,14 +331,18 @@ def main(argv: list[str] | None = None) -> dict:
             for name in names:
                 if name == "plain":
                     timed = run_plain(grid, splits, epochs, cores, args.device)
+                elif name == "engine":
+                    timed = run_engine(grid, splits, epochs, cores, args.device)
                 else:
                     overrides, at_once = variant_overrides(name, base, len(grid), slots, args.pack_size, args.device)
                     timed = run_actsweep(overrides, splits, home, at_once)
                 rounds[name].append(timed)
                 steady_gflops = timed["steady_rate"] * per_trial_epoch / 1e9
+                shares = ", ".join(f"{100 * steady_gflops / peak[k]:.{1 if k == 'fp32' else 2}f}% of {k}"
+                                   for k in ("fp32", "tf32", "bf16") if k in peak)
                 print(f"{name:<14} {timed['seconds']:7.1f} s  {trial_epochs / timed['seconds']:6.3f} trial-epochs/s end to "
                       f"end, {timed['steady_rate']:6.3f} steady ({steady_gflops:5.1f} GFLOP/s, "
-                      f"{100 * steady_gflops / peak['fp32']:.0f}% of the fp32 peak), fixed start "
+                      f"{shares} peak), fixed start "
                       f"{timed['seconds'] - trial_epochs / timed['steady_rate']:5.1f} s"
                       + (f"  [round {round_}/{args.repeats}]" if args.repeats > 1 else ""), flush=True)
         ray.shutdown()
@@ -303,10 +358,11 @@ def main(argv: list[str] | None = None) -> dict:
             "gflops": round(flops / best["seconds"] / 1e9, 1), "steady_gflops": round(steady_gflops, 1),
             "fraction_of_peak": round(flops / best["seconds"] / 1e9 / peak["fp32"], 3),
             "steady_fraction_of_fp32_peak": round(steady_gflops / peak["fp32"], 3),
-            **({"steady_fraction_of_bf16_peak": round(steady_gflops / peak["bf16"], 3)} if name == "fused_bf16" else {}),
+            **{f"steady_fraction_of_{k}_peak": round(steady_gflops / peak[k], 4) for k in ("tf32", "bf16") if k in peak},
         }
     ratios = {}
-    for over, under in [("fused", "plain"), ("per_trial", "plain"), ("fused_threads", "fused"),
+    for over, under in [("fused", "plain"), ("per_trial", "plain"), ("engine", "plain"), ("engine", "fused"),
+                        ("fused_threads", "fused"),
                         ("fused_compile", "fused"), ("fused_bf16", "fused"), ("fused_tf32", "fused")]:
         if over in found and under in found:
             ratios[f"{over}/{under}"] = round(found[under]["seconds"] / found[over]["seconds"], 2)
@@ -322,7 +378,7 @@ def main(argv: list[str] | None = None) -> dict:
               "machine": {"cores": cores, "device": args.device, "processor": device_name,
                           "matmul_peak_gflops": peak["fp32"], "peaks_gflops": peak, "native_bf16": native_bf16,
                           "torch": torch.__version__},
-              "repeats": args.repeats, "results": found, "ratios": ratios}
+              "data": splits.source, "step_ops": ops, "repeats": args.repeats, "results": found, "ratios": ratios}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"written: {args.out}")

@@ -15,7 +15,7 @@ from workers.trial import GridPoint
 
 logger = logging.getLogger("actsweep.sweeps")
 
-GPU_HEADROOM = 0.85  # of a pack's share of its GPU: the rest for the CUDA context, allocator rounding, transients
+GPU_HEADROOM = 0.85  # of a pack's share of its GPU (less its CUDA context): the rest for what the count misses
 CPU_SHARE = 0.5  # of the memory free on the driver's node, shared by the packs that run at once
 
 
@@ -23,21 +23,28 @@ class PackMemoryError(ValueError):
     """A memory budget too small for one member of a pack."""
 
 
-def pack_memory_budget(spec: SweepSpec, slots: int) -> int:
+def pack_memory_budget(spec: SweepSpec, slots: int, context_bytes: float = 0) -> int:
     """Bytes one fused pack may hold: ``execution.pack_memory_gb`` where given; else its share of
-    a GPU (``gpus_per_trial`` of the memory a GPU worker reports, less the headroom); else, on
-    CPUs, its share of the memory free on this node."""
+    a GPU (``gpus_per_trial`` of the memory a GPU worker reports, less its process's CUDA context
+    ``context_bytes``, less the headroom); else, on CPUs, its share of the memory free on this node."""
     execution = spec.execution
     if execution.pack_memory_gb is not None:
         return int(execution.pack_memory_gb * 2 ** 30)
     if execution.gpus_per_trial:
         share = min(1.0, execution.gpus_per_trial)  # a pack trains on one device
-        return int(ray.get(_gpu_memory.options(num_gpus=share).remote()) * share * GPU_HEADROOM)
+        total = ray.get(_gpu_memory.options(num_gpus=share).remote())
+        return int((total * share - context_bytes) * GPU_HEADROOM)  # (the pack's process holds a CUDA context)
     return int(_available_memory() * CPU_SHARE / slots)
 
 
 def _available_memory() -> int:
     return psutil.virtual_memory().available  # (Linux: MemAvailable, what the kernel can give without swapping)
+
+
+def gpu_memory() -> int:
+    """The memory of the GPU a GPU worker of the cluster sees (bytes): asked of a task given a
+    sliver of one, so it runs where the trials will."""
+    return ray.get(_gpu_memory.options(num_gpus=0.001).remote(), timeout=120)
 
 
 @ray.remote(num_cpus=0)
@@ -49,10 +56,10 @@ def _gpu_memory() -> int:
 
 
 def auto_pack_size(spec: SweepSpec, points: list[GridPoint], data: Splits, slots: int,
-                   budget: int | None = None) -> int:
+                   budget: int | None = None, context_bytes: float = 0) -> int:
     """The largest pack (at most 256) whose measured footprint (workers.pack_memory) fits the
     budget; packs() then deals the points over the slots. Raises PackMemoryError if none fits."""
-    budget = pack_memory_budget(spec, slots) if budget is None else budget
+    budget = pack_memory_budget(spec, slots, context_bytes) if budget is None else budget
     one_per_activation = list({p.activation: p for p in points}.values())
     cfgs = [replace(spec.trial_config(p), compile=False)
             for p in one_per_activation]  # (compiled steps save fewer tensors: the eager count bounds them)

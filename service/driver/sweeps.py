@@ -9,14 +9,16 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import ray
 from ray import tune
 
 from search_spaces import LrSearch, SweepSpec, packs
-from service.driver.pack_sizing import auto_pack_size
+from service.driver.gpu_placement import check_gpu_placement
+from service.driver.pack_sizing import auto_pack_size, gpu_memory
+from workers.pack_memory import measure_footprint
 from service.driver.provenance import code_version, hardware
 from service.lock import environment_lock
 from service.patience import cannot_write
@@ -152,8 +154,11 @@ class _Sweep:
                 by_key = {GridPoint.of(p).key(): p for p in to_train}
                 points, slots, size = [GridPoint.of(p) for p in to_train], concurrent_slots(spec), spec.execution.pack_size
                 if size == "auto":
-                    size = auto_pack_size(spec, points, data, slots)
+                    size = auto_pack_size(spec, points, data, slots, context_bytes=self.context_bytes)
                 units = [{"pack": [by_key[m.key()] for m in pack.points]} for pack in packs(points, size, slots)]
+                self.check_gpu_placement(data, len(units[0]["pack"]))
+            else:
+                self.check_gpu_placement(data, None)
             space = {**tune_config(spec.trial_base(), {}, **placement),
                      "point": tune.grid_search(units)}
         tuner = tune.Tuner(
@@ -167,6 +172,34 @@ class _Sweep:
                 # a failed trial is retried, from its last epoch's state (workers.checkpoints)
                 failure_config=tune.FailureConfig(max_failures=spec.execution.max_failures)))
         self._count(tuner.fit())
+
+    @property
+    def context_bytes(self) -> float:
+        return self.settings.cuda_context_mb * 2 ** 20 if self.spec.execution.gpus_per_trial else 0.0
+
+    def check_gpu_placement(self, data: Splits, pack_size: int | None) -> None:
+        """Refuse a gpus_per_trial that puts more trial processes on a GPU than its memory holds,
+        each with its CUDA context (service.driver.gpu_placement); nothing to check without GPUs, or
+        where the cluster's GPU workers see no CUDA device (a made-up GPU resource)."""
+        spec = self.spec
+        if not spec.execution.gpus_per_trial:
+            return
+        try:
+            total = gpu_memory()
+        except Exception as exc:  # (ray.exceptions.RayTaskError around the worker's RuntimeError)
+            logger.warning("gpus_per_trial: the GPU's memory is unknown (%s); placement not checked", exc)
+            return
+        if pack_size is None:
+            from workers.footprint import estimate
+
+            footprint = estimate(spec)
+            trial_bytes = footprint.memory_bytes if footprint else 0
+        else:
+            cfgs = [replace(spec.trial_config(p), compile=False) for p in
+                    {p.activation: p for p in spec.grid_points()}.values()]
+            trial_bytes = measure_footprint(cfgs, data).bytes(pack_size)
+        check_gpu_placement(spec.execution.gpus_per_trial, trial_bytes, total, self.context_bytes,
+                            fused=pack_size is not None)
 
     def _count(self, found) -> None:
         """Grid points trained, and those whose trial failed (a pack counts its members)."""

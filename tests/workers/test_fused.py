@@ -61,6 +61,20 @@ def test_each_member_follows_its_trajectory_alone(digits, optimizer):
         _assert_same(history, _alone(cfg, digits), f"{cfg.activation} dropout {cfg.dropout} seed {cfg.seed}")
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_weight_decay_and_a_schedule_under_several_lrs_follow_alone(digits, optimizer):
+    """Members with different lrs (Adam at lr 1 into the update buffer, then each member's lr; SGD
+    with the lrs spread over the elements) under L2 weight decay and a moving lr."""
+    base = TrialConfig(activation="gelu", lr=1e-3, dropout=0.0, seed=0, epochs=2, batch_size=64, model=MLP,
+                       optimizer=optimizer, weight_decay=1e-3, schedule={"kind": "cosine"},
+                       momentum=0.9 if optimizer == "sgd" else 0.0)
+    lr = 1e-3 if optimizer == "adam" else 0.05
+    cfgs = [replace(base, activation=a, dropout=d, seed=s, lr=lr * f)
+            for a, d, s, f in [("gelu", 0.0, 1, 1.0), ("gelu", 0.5, 2, 3.0), ("relu", 0.0, 3, 0.3)]]
+    for cfg, history in zip(cfgs, _members(cfgs, digits)):
+        _assert_same(history, _alone(cfg, digits), f"{cfg.activation} lr {cfg.lr:g}")
+
+
 def test_a_pack_without_soi_shares_kernels_and_still_matches(digits, monkeypatch):
     """Without soi, each run of members with one activation is one kernel call writing into the
     pack's output (workers.fused._GroupedActivation), and members with one lr share one Adam

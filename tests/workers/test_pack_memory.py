@@ -44,6 +44,17 @@ def test_adam_holds_two_moments_and_momentum_one_buffer(digits):
     assert momentum - sgd == weights
 
 
+def test_a_pack_of_several_lrs_holds_them_per_element_and_adam_its_update(digits):
+    """Where members' lrs differ, the optimiser spreads them over the parameters' elements (one
+    buffer), and Adam steps at lr 1 into an update buffer that the lrs then scale."""
+    weights = _weight_bytes(digits, members=2)
+    one_lr = {o: step_bytes([_cfg(optimizer=o, seed=s) for s in (0, 1)], digits) for o in ("adam", "sgd")}
+    two_lrs = {o: step_bytes([_cfg(optimizer=o, seed=s, lr=lr) for s, lr in ((0, 0.01), (1, 0.001))], digits)
+               for o in ("adam", "sgd")}
+    assert two_lrs["sgd"] - one_lr["sgd"] == weights  # the lrs per element
+    assert two_lrs["adam"] - one_lr["adam"] == 2 * weights  # the lrs, and the update
+
+
 def test_saved_activations_grow_with_the_batch_and_dropout(digits):
     small, large = step_bytes([_cfg(batch_size=32)], digits), step_bytes([_cfg(batch_size=64)], digits)
     saved_32 = large - small  # the rest of the step does not depend on the batch
@@ -82,7 +93,8 @@ def test_footprint_bounds_the_cuda_peak(digits, cuda):
     from workers.fused import train_pack
 
     cfgs = [_cfg(activation=a, seed=s, eval_train=True, eval_noise=(0.5,)) for s, a in enumerate(["gelu", "relu", "elu"] * 4)]
-    footprint = measure_footprint(cfgs[:3], digits)
+    footprint = measure_footprint(cfgs[:3], digits, cuda)  # (its measuring step allocates cuBLAS's workspaces first)
+    assert footprint.fixed > measure_footprint(cfgs[:3], digits).fixed  # the allocator's overhead is counted
     torch.cuda.reset_peak_memory_stats()
     list(train_pack(cfgs, digits, cuda))
     peak = torch.cuda.max_memory_allocated()

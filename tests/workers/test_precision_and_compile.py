@@ -81,12 +81,14 @@ def test_bf16_stays_within_its_rounding_of_fp32(digits, where):
 
 
 def test_bf16_draws_the_masks_of_fp32(digits):
-    """The masks come from the same streams in float32: a bf16 pack's first-step dropout noise is
-    the fp32 pack's, bit for bit."""
+    """The masks come from the same counters in float32: a bf16 pack's dropout noise at a step is
+    the fp32 pack's, bit for bit, and another step's differs."""
     cfgs = _cfgs()
     draws = {}
     for dtype in ("fp32", "bf16"):
         state = fused.StackedPack([replace(c, dtype=dtype) for c in cfgs], digits, torch.device("cpu"))
-        draws[dtype] = state.net.dropout_noise((len(cfgs), 8, 48), torch.device("cpu"), state.members)
-    assert draws["bf16"].dtype == torch.float32
-    assert torch.equal(draws["fp32"], draws["bf16"])
+        draws[dtype] = state.net.dropout_noise((len(cfgs), 8), torch.device("cpu"), state.members, step=5)
+        other = state.net.dropout_noise((len(cfgs), 8), torch.device("cpu"), state.members, step=6)
+    assert all(noise.dtype == torch.float32 for noise in draws["bf16"])
+    assert all(torch.equal(a, b) for a, b in zip(draws["fp32"], draws["bf16"]))
+    assert not torch.equal(draws["bf16"][0], other[0])
