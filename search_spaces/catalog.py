@@ -49,18 +49,34 @@ _top_level_commas = re.compile(r",(?![^()]*\))")  # a comma not inside (...)
 def parse_set_options(options: list[str]) -> dict[str, Any]:
     """``["epochs=3", "lr=0.001,0.0001"]`` → ``{"epochs": 3, "lr": [0.001, 0.0001]}``.
 
-    Values are read as YAML scalars; a comma list becomes a list (it replaces a grid axis). Commas
-    inside parentheses stay: ``activation=relu,gelu(sigma=0.5, mu=0)`` is two activations.
+    Values are read as YAML scalars; a comma list becomes a list (it replaces a grid axis), and so
+    does a YAML flow list as a user would type it (``activation=[gelu,relu]``). Commas inside
+    parentheses stay: ``activation=relu,gelu(sigma=0.5, mu=0)`` is two activations. A value that
+    is not YAML is a SpecError naming the field, never a parser's traceback.
     """
     overrides: dict[str, Any] = {}
     for option in options:
         name, sep, text = option.partition("=")
-        if not sep or not name:
+        if not sep or not name.strip():
             raise SpecError(f"--set: expected NAME=VALUE (got {option!r})")
-        pieces = _top_level_commas.split(text)
-        parts = [yaml.safe_load(part) for part in pieces]
-        overrides[name.strip()] = parts if len(pieces) > 1 else parts[0]
+        overrides[name.strip()] = _value(name.strip(), text)
     return overrides
+
+
+def _value(name: str, text: str) -> Any:
+    stripped = text.strip()
+    listed = stripped.startswith("[") and stripped.endswith("]")
+    if listed:  # a flow list: its items split as a comma list is (an activation's own commas stay)
+        stripped = stripped[1:-1]
+    # (a YAML block of fields, {a: 1, b: 2}, is read whole)
+    pieces = [stripped] if stripped.startswith("{") else _top_level_commas.split(stripped) if stripped else []
+    try:
+        parts = [yaml.safe_load(piece) for piece in pieces] if (listed or len(pieces) > 1) else [yaml.safe_load(text)]
+    except yaml.YAMLError as exc:
+        problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]
+        raise SpecError(f"{name}: cannot read {text!r} as a value ({problem}); give a number, a word, "
+                        f"a comma list (a,b) or a YAML list ([a, b])") from None
+    return parts if listed or len(pieces) > 1 else parts[0]
 
 
 def apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:

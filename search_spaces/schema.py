@@ -339,6 +339,8 @@ class SweepSpec(StrictModel):
         if not isinstance(raw, dict) or "activation" not in raw:
             return raw
         raw, expressions = dict(raw), {}
+        if not isinstance(raw.get("expressions") or {}, dict):  # (the field's own type check names it)
+            return raw
         try:
             for name, text in (raw.get("expressions") or {}).items():
                 expand_entry({"expr": text, "name": name}, expressions)
@@ -364,7 +366,7 @@ class SweepSpec(StrictModel):
         for block, key in (("ranking_claims", "best"), ("paper_numbers", "activation")):
             if isinstance(raw.get(block), list):
                 raw[block] = [{**c, key: canonical(c[key])} if isinstance(c, dict) and key in c else c for c in raw[block]]
-        for claim in raw.get("ranking_claims") or []:
+        for claim in raw["ranking_claims"] if isinstance(raw.get("ranking_claims"), list) else []:
             if isinstance(claim, dict) and isinstance(claim.get("against"), list):
                 claim["against"] = [canonical(a) for a in claim["against"]]
         return raw

@@ -351,6 +351,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if isinstance(exc, (SweepNotFound, ExportError)):
             return _user_error(exc)
+        joined = sys.modules.get("service.driver.sweeps")  # (imported by the commands that join Ray)
+        if joined is not None and isinstance(exc, joined.RayUnreachable):
+            print(f"actsweep: cannot join a Ray cluster: {exc}", file=sys.stderr)
+            return 1
         if isinstance(exc, RunsUnavailable):  # no verdict on any sweep: say which store, and that nothing changed
             print(f"actsweep: the MLflow store at {mask_secrets(get_settings().resolved_tracking_uri)} did not answer "
                   f"({exc}); nothing was changed, try again later", file=sys.stderr)

@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     # ports, recorded in HOME/ray/head.json
     ray_dashboard_url: str | None = None
     start_local_ray: bool = True  # `serve` starts a local Ray head when none of its own answers
-    ray_join_timeout_s: float = 60.0  # `serve` pointed at a cluster waits this long for it, then exits
+    ray_join_timeout_s: float = 60.0  # `serve`, `run` and `bench` pointed at a cluster wait this long for it, then exit
     ray_temp_dir: str | None = None  # that head's --temp-dir (Ray's default: /tmp/ray)
     mlflow_ui_url: str | None = None  # for links; default: the tracking URI if it is http(s)
     max_trials_per_sweep: int = 2000  # larger grids are rejected with 422, not run

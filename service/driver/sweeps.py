@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -58,12 +60,39 @@ def mlflow_experiment_name(spec: SweepSpec) -> str:
 _dashboard_url: str | None = None
 
 
+class RayUnreachable(RuntimeError):
+    """Nothing answers at the Ray address a command was told to join."""
+
+
+def wait_for_ray(address: str, wait_s: float) -> None:
+    """Return once something accepts a connection at the Ray address (``host:port`` or
+    ``ray://host:port``; ``auto`` is Ray's to find), trying for ``wait_s`` seconds; else
+    RayUnreachable naming the address."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise RayUnreachable(f"ACTSWEEP_RAY_ADDRESS: {address!r} is not host:port (or ray://host:port)")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=min(2.0, max(wait_s, 0.1))):
+                return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise RayUnreachable(f"no Ray cluster answers at {address} ({exc.strerror or exc}; waited "
+                                     f"{wait_s:g} s, ACTSWEEP_RAY_JOIN_TIMEOUT_S): start it, or unset "
+                                     f"ACTSWEEP_RAY_ADDRESS for a local Ray") from None
+            time.sleep(0.5)
+
+
 def connect_ray(settings: Settings) -> str | None:
     """Join the Ray at ACTSWEEP_RAY_ADDRESS, or start a local one; returns the dashboard URL."""
     global _dashboard_url
     if not ray.is_initialized():
         address = settings.ray_address or os.environ.get("RAY_ADDRESS")  # set inside a Ray job
         if address:
+            wait_for_ray(address, settings.ray_join_timeout_s)  # (ray.init would retry for ever, printing warnings)
             context = ray.init(address=address, log_to_driver=False)
         else:  # "local": a new Ray, even where another one runs on this machine
             context = ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=settings.dashboard,

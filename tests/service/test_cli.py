@@ -133,6 +133,38 @@ def test_bad_values_exit_2(actsweep_env, capsys, args, field):
     assert len(err.splitlines()) == 1 and field in err
 
 
+@pytest.mark.parametrize("value, expected", [("[gelu,relu]", ["gelu", "relu"]), ("[gelu, relu]", ["gelu", "relu"]),
+                                             ("[relu, gelu(sigma=0.5, mu=1)]", ["relu", "gelu(sigma=0.5, mu=1)"]),
+                                             ("[elu]", ["elu"]), ("gelu,relu", ["gelu", "relu"])])
+def test_a_yaml_flow_list_is_a_grid_axis(value, expected):
+    from search_spaces import load_spec
+    from search_spaces.catalog import parse_set_options
+
+    assert parse_set_options([f"activation={value}"]) == {"activation": expected}
+    spec = load_spec("mnist_classification", overrides=parse_set_options([f"activation={value}"]))
+    assert len(spec.activation) == len(expected) and spec.activation[0] == expected[0]
+
+
+@pytest.mark.parametrize("value", ["[gelu,relu", "{a", '"abc', ": :", "[a, {b]"])
+def test_an_unreadable_value_exits_2_naming_the_field(actsweep_env, capsys, value):
+    assert main(["run", "mnist_classification", "--set", f"activation={value}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("actsweep: error: activation: cannot read"), err
+
+
+def test_run_pointed_at_no_cluster_fails_in_one_line_naming_the_address(actsweep_env):
+    from service.local_servers import free_port
+
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    env = {**actsweep_env, "ACTSWEEP_RAY_ADDRESS": address, "ACTSWEEP_RAY_JOIN_TIMEOUT_S": "3"}
+    done = _run(env, "run", "mnist_classification", "--quick", "--set", "dataset=digits", "--set", "val_size=200",
+                timeout=120)
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.strip().splitlines() if line.startswith("actsweep:")]
+    assert len(lines) == 1 and address in lines[0] and "waited 3 s" in lines[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
 def test_missing_dataset_exits_2_naming_the_directory(actsweep_env, tmp_path, monkeypatch, capsys):
     import workers.data.mnist as datasets
 
