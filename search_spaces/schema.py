@@ -139,6 +139,9 @@ class Protocol(StrictModel):
     # an undecided claim is called too small to chase with more seeds
     alpha: float = Field(0.05, gt=0, lt=0.5)
     smallest_effect: float = Field(0.02, gt=0, lt=1)
+    # why that smallest effect (where it comes from: a scale the paper gives, a difference it reports);
+    # it is also δ of the equivalence test ("equivalent": the mean paired difference within ±δ)
+    smallest_effect_why: Short = ""
     notes: Annotated[list[Short], Field(max_length=100)] = []
 
 

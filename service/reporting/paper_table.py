@@ -51,7 +51,7 @@ class Verdict:
     claim: str  # "gelu < relu on test_error"
     better: str
     worse: str
-    verdict: str  # reproduced, not reproduced, inconclusive, diverged
+    verdict: str  # reproduced, not reproduced, equivalent, inconclusive, diverged
     ours: tuple[float, float]  # medians of (better, worse)
     paper: tuple[float | None, float | None]
     p_value: float | None  # the claim's test: paired t-test across the seeds both have (raw)
@@ -67,6 +67,9 @@ class Verdict:
     effect: st.PairedComparison | None = None
     seeds_needed: str = ""  # an undecided claim: how many seeds would decide it, or why none would
     towards: str = ""  # the order the test leans to: "reproduced" or "not reproduced"
+    delta: float | None = None  # a "lower" claim: the equivalence margin ±δ (smallest_effect × the other's median)
+    p_equivalent: float | None = None  # TOST of |mean difference| < δ (raw)
+    p_equivalent_adjusted: float | None = None  # with the direction tests, over the family (statistics.holm_pairs)
 
 
 def median_with_interval(values: list[float]) -> tuple[float, float, float, float]:
@@ -150,6 +153,8 @@ def compare(better: ReportedRow, worse: ReportedRow, claim: str, paper: tuple, w
     p-value; the verdict comes from :func:`decide`, over the family the claim belongs to.
 
     ``lower``: a two-sided paired t-test of mean difference 0; its sign says which order.
+    Its equivalence test, TOST at ±δ with δ = ``smallest_effect`` × the other's median, decides
+    "equivalent" where the difference is shown too small to matter.
     ``ties_or_better``: the margin is ``smallest_effect`` × the other's median; the claim holds when
     the mean difference is decided below the margin (non-inferiority) and fails when decided above
     it, each one-sided at alpha/2 (the p-value doubles the smaller one). A side whose seeds all
@@ -170,22 +175,33 @@ def compare(better: ReportedRow, worse: ReportedRow, claim: str, paper: tuple, w
     elif not math.isnan(effect.p_value):
         p_value = effect.p_value
         towards = "reproduced" if effect.mean_difference < 0 else "not reproduced"
+    delta, p_equivalent = None, None
+    if kind == "lower":
+        delta = smallest_effect * abs(worse.median)
+        tost = st.tost_p(effect.differences, delta)
+        p_equivalent = None if math.isnan(tost) else tost
     return Verdict(claim, better.activation, worse.activation, "pending", (better.median, worse.median), paper,
                    p_value, effect.n, where, better.metric, dropout, kind, words, source, margin, None, effect, "",
-                   towards)
+                   towards, delta, p_equivalent)
 
 
 def decide(found: list[Verdict], alpha: float = st.ALPHA, smallest_effect: float = 0.02) -> list[Verdict]:
-    """Decide a family of claims: Holm-adjust their p-values; a claim whose adjusted p is below
-    ``alpha`` is decided in the direction its test leans to; each undecided one says how many seeds
-    would decide it with 80% power (at the Bonferroni level of the family), or that its observed
-    effect is below the smallest effect of interest."""
+    """Decide a family of claims. Each "lower" claim holds two hypotheses, no difference (its
+    direction test) and a difference of at least δ (its TOST); a "ties or better" claim one. They are
+    adjusted together (statistics.holm_pairs: Holm's step-down, Shaffer's counts). A claim whose
+    direction test's adjusted p is below ``alpha`` is decided in the order that test leans to; else
+    one whose TOST's is, "equivalent"; else it is inconclusive and says how many seeds would decide
+    it with 80% power (at the Bonferroni level of the family)."""
     tested = [v for v in found if v.verdict != "diverged"]
-    adjusted = st.holm([math.nan if v.p_value is None else v.p_value for v in tested])
-    for v, p in zip(tested, adjusted):
+    direction, equivalence = st.holm_pairs([math.nan if v.p_value is None else v.p_value for v in tested],
+                                           [math.nan if v.p_equivalent is None else v.p_equivalent for v in tested])
+    for v, p, q in zip(tested, direction, equivalence):
         v.p_adjusted = None if math.isnan(p) else p
+        v.p_equivalent_adjusted = None if math.isnan(q) else q
         if v.p_adjusted is not None and v.p_adjusted < alpha:
             v.verdict, v.seeds_needed = v.towards, ""
+        elif v.p_equivalent_adjusted is not None and v.p_equivalent_adjusted < alpha:
+            v.verdict, v.seeds_needed = "equivalent", ""
         else:
             v.verdict, v.seeds_needed = "inconclusive", _seeds_needed(v, alpha / max(len(tested), 1), smallest_effect)
     return found
@@ -196,10 +212,11 @@ def _seeds_needed(v: Verdict, level: float, smallest_effect: float) -> str:
     if effect is None or effect.n < 2 or math.isnan(effect.spread):
         return "needs 3 or more seeds a side"
     distance = effect.mean_difference - (v.margin or 0.0)
-    if v.kind == "lower" and abs(effect.mean_difference) < smallest_effect * abs(v.ours[1]):
-        return f"effect below the smallest of interest ({smallest_effect:.0%} of the other's median)"
-    needed = st.seeds_needed(distance, effect.spread, level)
-    return f"needs about {needed} seeds" if needed else "needs more than 1000 seeds"
+    to_order = st.seeds_needed(distance, effect.spread, level)
+    to_tie = st.seeds_for_equivalence(effect.mean_difference, effect.spread, v.delta, level) if v.delta else None
+    if to_tie is not None and (to_order is None or to_tie < to_order):
+        return f"needs about {to_tie} seeds to show equivalence within ±{v.delta:.3g}"
+    return f"needs about {to_order} seeds" if to_order else "needs more than 1000 seeds"
 
 
 def verdicts(rows: list[ReportedRow], smallest_effect: float = 0.02) -> list[Verdict]:

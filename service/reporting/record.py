@@ -67,8 +67,11 @@ def read_manifest(path: Path) -> tuple[dict, list[RecordEntry]]:
     return raw, entries
 
 
-def _summary(results) -> tuple[str, str, str]:
-    """(ours, verdicts, the paper's) for the index: ours per activation with its interval and that
+VERDICT_WORDS = ("reproduced", "not reproduced", "equivalent", "inconclusive", "diverged")
+
+
+def _summary(results) -> tuple[str, str, str, dict[str, int]]:
+    """(ours, verdicts, the paper's, the verdicts' counts) for the index: ours per activation with its interval and that
     interval's coverage; each verdict with its Holm-adjusted p, the mean paired difference, and the
     seeds it used or would need."""
     rows = reported_rows(results.runs, results.table, results.spec)
@@ -81,7 +84,7 @@ def _summary(results) -> tuple[str, str, str]:
         for r in rows)
     found = family(results).numbers + family(results).claims
     counts = {v: sum(x.verdict == v for x in found)
-              for v in ("reproduced", "not reproduced", "inconclusive", "diverged")}
+              for v in VERDICT_WORDS}
     verdict = ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "no ordering to check"
     details = []
     for v in found:
@@ -90,21 +93,23 @@ def _summary(results) -> tuple[str, str, str]:
         if v.verdict != "diverged" and v.effect is not None and v.effect.n >= 2:
             sign = "−" if v.effect.mean_difference < 0 else "+"
             line += (f", Δ {sign}{format_value(metric, abs(v.effect.mean_difference))}, "
-                     + (f"p<sub>Holm</sub> {v.p_adjusted:.2g}, " if v.p_adjusted is not None else
+                     + (f"TOST at ±{format_value(metric, v.delta)}, p<sub>adj</sub> {v.p_equivalent_adjusted:.2g}, "
+                        if v.verdict == "equivalent" else
+                        f"p<sub>Holm</sub> {v.p_adjusted:.2g}, " if v.p_adjusted is not None else
                         f"p {v.p_value:.2g} at the last look (group-sequential), " if v.p_value is not None else "")
                      + (f"{v.n_pairs} seeds" if v.verdict != "inconclusive" else v.seeds_needed))
         details.append(line)
     if details:
         verdict += "<br>" + "<br>".join(details)
     paper = "; ".join(f"{r.activation}: {format_value(r.metric, r.paper)}" for r in rows if r.paper is not None)
-    return ours, verdict, paper or " ".join(results.spec.get("claims", []))
+    return ours, verdict, paper or " ".join(results.spec.get("claims", [])), counts
 
 
 def build_record(manifest: Path) -> list[Path]:
     """Write every experiment's folder and the index beside the manifest; returns the files written."""
     meta, entries = read_manifest(manifest)
     root = manifest.parent
-    written, index, hypotheses_index = [], [], []
+    written, index, hypotheses_index, totals = [], [], [], {}
     for entry in entries:
         folder = root / entry.name
         folder.mkdir(parents=True, exist_ok=True)
@@ -121,7 +126,10 @@ def build_record(manifest: Path) -> list[Path]:
         wall = sum(s["wall (s)"] or 0 for s in results.sources)
         commits = sorted({(s["code version"] or "?").replace("git ", "")[:10] for s in results.sources})
         locks = sorted({s["lock"] for s in results.sources})
-        ours, verdict, paper = _summary(results)
+        ours, verdict, paper, counts = _summary(results)
+        if spec.paper != "custom":
+            for word, n in counts.items():
+                totals[word] = totals.get(word, 0) + n
         tested = []
         for hypothesis in entry.hypotheses:
             variant = results_from_exports(exports, load_spec(str(root / hypothesis["spec"])))
@@ -151,7 +159,7 @@ def build_record(manifest: Path) -> list[Path]:
                       "commit": ", ".join(commits),
                       "command": "<br>".join(f"`{c}`" for c in entry.commands)})
     readme = root / "README.md"
-    readme.write_text(_index_page(meta, index, hypotheses_index))
+    readme.write_text(_index_page(meta, index, hypotheses_index, totals))
     return [*written, readme]
 
 
@@ -197,8 +205,14 @@ def _experiment_page(entry: RecordEntry, spec, results, wall: float, commits: li
     ])
 
 
-def _index_page(meta: dict, rows: list[dict], own: list[dict]) -> str:
+def _index_page(meta: dict, rows: list[dict], own: list[dict], totals: dict[str, int]) -> str:
     import pandas as pd
+
+    counted = sum(totals.values())
+    tally = (f"The papers' verdicts, {counted} in all: "
+             + ", ".join(f"{totals.get(word, 0)} {word}" for word in VERDICT_WORDS)
+             + " (equivalent: the difference shown within ±δ, the spec's smallest effect of interest; "
+               "docs/statistics.md)." if counted else "")
 
     table = pd.DataFrame(rows).to_markdown(index=False) if rows else "(no experiment recorded yet)"
     own_table = ([ "## Questions the papers do not ask", "",
@@ -212,6 +226,8 @@ def _index_page(meta: dict, rows: list[dict], own: list[dict]) -> str:
         meta.get("intro", "").strip(),
         "",
         f"Machine: {meta.get('machine', 'not recorded')}.",
+        "",
+        tally,
         "",
         table,
         "",

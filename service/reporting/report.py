@@ -134,6 +134,8 @@ def _verdict_rows(found: list[Verdict]) -> pd.DataFrame:
                                           f"{e.p_improvement_interval.high:.2f}]"),
             "seeds": v.n_pairs,
             "p (Holm)": f"{_p(v.p_value)} ({_p(v.p_adjusted)})",
+            "±δ: TOST p (adjusted)": ("–" if v.delta is None else
+                                      f"±{format_value(metric, v.delta)}: {_p(v.p_equivalent)} ({_p(v.p_equivalent_adjusted)})"),
             "verdict": v.verdict,
             "to decide": v.seeds_needed})
     return pd.DataFrame(rows)
@@ -149,6 +151,12 @@ def claim_verdicts_table(results: SweepResults) -> pd.DataFrame:
     return _verdict_rows(family(results).claims)
 
 
+def _delta_words(protocol: dict) -> str:
+    why = protocol.get("smallest_effect_why")
+    return (f"δ = {protocol.get('smallest_effect', 0.02):.1%} of the other's median, the spec's smallest effect of "
+            f"interest" + (f": {why}" if why else ", its default, set before the data"))
+
+
 def verdicts_line(results: SweepResults) -> str:
     """How the verdicts below are decided, with the family's size and the spec's smallest effect."""
     protocol = (results.spec or {}).get("protocol", {})
@@ -162,13 +170,18 @@ def verdicts_line(results: SweepResults) -> str:
                 f"each round of {plan['seeds_per_round']} more (up to {plan['max_seeds']}); only the configurations "
                 f"of undecided claims got more seeds, and the lr was chosen again at every look. Each claim spends "
                 f"its share of alpha = {protocol.get('alpha', 0.05):g} over the looks (Lan–DeMets, O'Brien–Fleming "
-                f"type); a decided claim's share goes to the others (Holm). The table of looks gives each claim's "
-                f"paired t-test p against the level of that look (✓: decided there). docs/statistics.md")
+                f"type); a decided claim's share goes to the others (Holm). A claim is also decided \"equivalent\" "
+                f"where TOST shows its mean paired difference within ±δ ({_delta_words(protocol)}), with its own "
+                f"boundary at each look. The table of looks gives each claim's paired t-test p against the level of "
+                f"that look (✓: decided there). docs/statistics.md")
     return (f"{subject}: each claim is a "
             f"paired comparison on the seeds both sides share (the difference per seed; docs/statistics.md). The "
             f"{tested} claims below are one family: a claim is decided when its Holm-adjusted paired t-test p is "
             f"below {protocol.get('alpha', 0.05):g} (reproduced: the paper's order; not reproduced: the opposite "
-            f"order), never from intervals that fail to overlap. A \"≤\" claim (ties or outperforms) is tested "
+            f"order), never from intervals that fail to overlap; \"equivalent\" when its TOST shows the mean paired "
+            f"difference within ±δ ({_delta_words(protocol)}), adjusted with the order tests in one family (Holm's "
+            f"step-down, Shaffer's counts: at most one of a claim's two hypotheses can be true). "
+            f"A \"≤\" claim (ties or outperforms) is tested "
             f"against a margin of {protocol.get('smallest_effect', 0.02):.0%} of the other's median. An undecided "
             f"claim says how many seeds would decide it with 80% power at the observed effect and spread.")
 

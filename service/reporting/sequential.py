@@ -94,7 +94,8 @@ def sequential_verdicts(runs: pd.DataFrame, spec: dict) -> SequentialOutcome:
         claims = claim_verdicts(subset, table, spec)
         for v in numbers + claims:
             looks.setdefault(claim_key(v), []).append(
-                st.ClaimLook(v.n_pairs, float("nan") if v.p_value is None else v.p_value, v.towards))
+                st.ClaimLook(v.n_pairs, float("nan") if v.p_value is None else v.p_value, v.towards,
+                             float("nan") if v.p_equivalent is None else v.p_equivalent))
         last = (numbers, claims)
     decisions = st.sequential_decisions(looks, plan["max_seeds"], alpha)
     outcome = SequentialOutcome(*last, taken, plan["max_seeds"])

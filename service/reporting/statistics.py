@@ -15,6 +15,10 @@ initialisation stream, the data order and the dropout masks (Bouthillier et al.,
 - Multiplicity: the claims of one record are one family; Holm's step-down adjusts their p-values.
 - A "ties or outperforms" claim is tested against a stated margin: non-inferiority, one-sided at
   alpha/2 (one half of TOST, the two one-sided tests of equivalence: the claim needs no more).
+- A difference too small to matter is a decision too: "equivalent" where TOST (Schuirmann 1987;
+  Lakens 2017) shows the mean paired difference within ±δ, δ the spec's smallest effect of
+  interest. Each claim then holds two hypotheses, of which at most one can be true; they share the
+  family's alpha by Holm's step-down with Shaffer's counts (:func:`holm_pairs`).
 - Power: the seeds a paired t-test needs for 80% power at the observed effect and spread.
 - Seeds until decided: each claim spends its alpha over looks by the Lan–DeMets
   O'Brien–Fleming-type function; a look tests at the alpha spent since the last one, so the
@@ -132,6 +136,49 @@ def paired_t_p(differences, null: float = 0.0, alternative: str = "two-sided") -
     return float(2 * special.stdtr(n - 1, -np.abs(t)))
 
 
+def tost_p(differences, delta: float) -> float:
+    """Schuirmann's TOST on the paired differences: the p-value of "the mean difference lies
+    within ±``delta``", the larger of the two one-sided paired t-tests (mean ≤ −delta, mean ≥
+    +delta). NaN with fewer than 2 pairs or no margin."""
+    if not delta or delta <= 0 or math.isnan(delta):
+        return math.nan
+    return max(paired_t_p(differences, -delta, "greater"), paired_t_p(differences, delta, "less"))
+
+
+def holm_pairs(direction: list[float], equivalence: list[float]) -> tuple[list[float], list[float]]:
+    """Step-down adjusted p-values for a family of claims, each with two hypotheses of which at
+    most one can be true: "no difference" (rejected: a direction is decided) and "a difference of
+    at least δ" (rejected: equivalent within ±δ). Holm's step-down with Shaffer's (1986) counts: a
+    step's multiplier is the number of claims that still have an unrejected hypothesis, since no
+    more than that many nulls can be true. With no equivalence p-values (NaN) it is Holm's method
+    on the direction tests; the first step's multiplier is the number of claims either way."""
+    items = sorted((p, claim, kind) for kind, ps in enumerate((direction, equivalence))
+                   for claim, p in enumerate(ps) if not math.isnan(p))
+    adjusted = ([math.nan] * len(direction), [math.nan] * len(equivalence))
+    remaining = {}
+    for _, claim, _ in items:
+        remaining[claim] = remaining.get(claim, 0) + 1
+    running = 0.0
+    for p, claim, kind in items:
+        running = max(running, min(1.0, len(remaining) * p))
+        adjusted[kind][claim] = running
+        remaining[claim] -= 1
+        if not remaining[claim]:
+            del remaining[claim]
+    return adjusted
+
+
+def seeds_for_equivalence(effect: float, spread: float, delta: float, alpha: float = ALPHA,
+                          power: float = POWER, most: int = 1000) -> int | None:
+    """Paired seeds for TOST at ``alpha`` to show ±``delta`` with ``power`` when the mean difference
+    is ``effect`` (|effect| < delta) and its standard deviation ``spread``: the binding one-sided
+    test is the nearer bound's, a one-sided test at alpha (a two-sided one at 2 alpha). None where
+    |effect| ≥ delta (no seeds would show it) or more than ``most``."""
+    if abs(effect) >= delta:
+        return None
+    return seeds_needed(delta - abs(effect), spread, min(2 * alpha, 0.5), power, most)
+
+
 def holm(p_values: list[float]) -> list[float]:
     """Holm's step-down adjusted p-values (NaN stays NaN and does not count)."""
     order = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
@@ -242,42 +289,54 @@ def paired_comparison(a: dict[int, float], b: dict[int, float]) -> PairedCompari
 
 @dataclass
 class ClaimLook:
-    """One claim's test at one look: its pairs, p-value, and the order it leans to."""
+    """One claim's tests at one look: its pairs, the direction test's p-value and the order it
+    leans to, and the equivalence test's (TOST at the claim's δ; NaN where the claim has none)."""
 
     seeds: int
     p_value: float  # NaN: not testable at this look
     towards: str  # "reproduced" or "not reproduced"
+    p_equivalent: float = math.nan
 
 
 def sequential_decisions(looks: dict[str, list[ClaimLook]], max_seeds: int,
                          alpha: float = ALPHA) -> dict[str, tuple[str, int]]:
     """Decide a family of claims over group-sequential looks: claim → (verdict, index of the look
-    that decided it; -1 while undecided).
+    that decided it; -1 while undecided). The verdict is the order the direction test leans to, or
+    "equivalent" where the equivalence test decided first.
 
-    Each claim has a group-sequential test at its share of alpha: at a look with n of ``max_seeds``
-    seeds it tests at the alpha its O'Brien–Fleming-type spending function spends since its last
-    look (:func:`look_levels`), so over all its looks it spends at most its share. Holm's step-down
-    shares alpha: the open claims split it equally, and a decided claim hands its share to the
-    others, which are then tested again at every look so far with the larger share (Maurer & Bretz,
-    Stat. Biopharm. Res. 2013). The family-wise chance of a false decision stays at most ``alpha``
-    (tests/service/reporting/test_statistics.py checks it by simulation).
+    Each claim holds two hypotheses, "no difference" and "a difference of at least δ", each with a
+    group-sequential test: at a look with n of ``max_seeds`` seeds it tests at the alpha its
+    O'Brien–Fleming-type spending function spends since its last look (:func:`look_levels`), so over
+    all its looks it spends at most its claim's share. Holm's step-down shares alpha among the
+    claims that still have an unrejected hypothesis (at most one of a claim's two can be true, as in
+    :func:`holm_pairs`); when both of a claim's are rejected, or its only one, its share goes to the
+    others, which are tested again at every look so far with the larger share (Maurer & Bretz, Stat.
+    Biopharm. Res. 2013). The family-wise chance of a false decision stays at most ``alpha``
+    (tests/service/reporting/test_statistics.py checks it by simulation: no difference, a
+    difference of exactly δ, and a clear effect).
     """
+    hypotheses = {(claim, kind) for claim, history in looks.items() for kind in ("direction", "equivalence")
+                  if kind == "direction" or any(not math.isnan(look.p_equivalent) for look in history)}
+    rejected: dict[tuple[str, str], int] = {}
     decided: dict[str, tuple[str, int]] = {}
     n_looks = max((len(v) for v in looks.values()), default=0)
     for k in range(n_looks):
         changed = True
         while changed:
             changed = False
-            open_claims = [c for c in looks if c not in decided]
+            open_claims = {claim for claim, kind in hypotheses - set(rejected)}
             if not open_claims:
                 break
             share = alpha / len(open_claims)
-            for claim in open_claims:
+            for claim, kind in sorted(hypotheses - set(rejected)):
                 history = looks[claim][:k + 1]
                 levels = look_levels([look.seeds for look in history], max_seeds, share)
-                hit = next((i for i, (look, level) in enumerate(zip(history, levels))
-                            if not math.isnan(look.p_value) and look.p_value <= level), None)
+                p_values = [look.p_value if kind == "direction" else look.p_equivalent for look in history]
+                hit = next((i for i, (p, level) in enumerate(zip(p_values, levels))
+                            if not math.isnan(p) and p <= level), None)
                 if hit is not None:
-                    decided[claim] = (history[hit].towards, k)
+                    rejected[(claim, kind)] = k
+                    if claim not in decided:
+                        decided[claim] = (history[hit].towards if kind == "direction" else "equivalent", k)
                     changed = True
     return {c: decided.get(c, ("inconclusive", -1)) for c in looks}

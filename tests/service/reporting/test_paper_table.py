@@ -101,10 +101,18 @@ def test_holm_adjusts_the_family_and_keeps_the_raw_p():
     assert pair[0].seeds_needed.startswith("needs about ")
 
 
-def test_an_effect_below_the_smallest_of_interest_is_said_so():
+def test_an_effect_too_small_to_matter_is_decided_equivalent():
     a, b = _row("gelu", [0.100, 0.120, 0.110]), _row("relu", [0.1005, 0.1195, 0.1104])
     found = decide([compare(a, b, "gelu < relu on test_error", (None, None))])[0]
-    assert found.verdict == "inconclusive" and found.seeds_needed.startswith("effect below the smallest")
+    assert found.delta == pytest.approx(0.02 * 0.1104)  # smallest_effect × the other's median
+    assert found.verdict == "equivalent" and found.p_equivalent_adjusted < 0.05 and found.seeds_needed == ""
+
+
+def test_an_undecided_tie_says_how_many_seeds_would_show_it():
+    a, b = _row("gelu", [0.100, 0.125, 0.110]), _row("relu", [0.1005, 0.1195, 0.1124])
+    found = decide([compare(a, b, "gelu < relu on test_error", (None, None))])[0]
+    assert found.verdict == "inconclusive"
+    assert found.seeds_needed.startswith("needs about ") and "equivalence within ±" in found.seeds_needed
 
 
 def test_ties_or_better_is_a_non_inferiority_test_at_the_margin():

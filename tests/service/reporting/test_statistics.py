@@ -162,14 +162,83 @@ def test_obrien_fleming_spending_spends_alpha_by_the_end():
     assert sum(levels) == pytest.approx(0.05) and levels[0] < levels[-1]
 
 
+# -- "equivalent": TOST at ±δ beside the direction test ---------------------------------------------
+
+DELTA = 0.02  # the specs' default smallest effect: 2% of the comparator's median (here 1.0, so 0.02)
+
+
+def _tie_family(rng, n, shifts, noises, reps):
+    """Families of claims 'gelu < other_i' where gelu is worse than other_i by ``shifts[i]`` (0: the
+    same; DELTA: exactly the smallest effect of interest; negative: better), per-seed noise sd
+    ``noises[i]`` on both sides, the comparators' level 1.0 (so δ = 0.02 whatever the draw)."""
+    outcomes = []
+    for _ in range(reps):
+        claims = []
+        for i, (shift, noise) in enumerate(zip(shifts, noises)):
+            other = 1.0 + noise * rng.normal(size=n)
+            gelu = 1.0 + shift + noise * rng.normal(size=n)
+            claims.append(compare(_row("gelu", gelu), _row(f"act{i}", other), f"gelu < act{i} on test_error",
+                                  (None, None), smallest_effect=DELTA))
+        outcomes.append([v.verdict for v in decide(claims)])
+    return outcomes
+
+
+def _rate(outcomes, wrong) -> float:
+    return float(np.mean([any(v in wrong for v in o) for o in outcomes]))
+
+
+def test_tost_is_the_larger_one_sided_p_and_decides_a_tie():
+    d = np.array([0.001, -0.002, 0.0005, 0.0015, -0.001])
+    assert st.tost_p(d, 0.01) == max(st.paired_t_p(d, -0.01, "greater"), st.paired_t_p(d, 0.01, "less")) < 0.01
+    assert st.tost_p(d + 0.02, 0.01) > 0.5 and math.isnan(st.tost_p(d, 0.0))
+
+
+def test_holm_pairs_is_holm_without_equivalence_and_counts_claims_not_hypotheses():
+    direction = [0.01, 0.04, 0.03]
+    assert st.holm_pairs(direction, [math.nan] * 3)[0] == pytest.approx(st.holm(direction))
+    # two claims, four hypotheses: the first step multiplies by 2 (claims), not 4; claim 0's second
+    # hypothesis still counts it, so the next step multiplies by 2 again; then 1
+    adjusted_direction, adjusted_equivalence = st.holm_pairs([0.01, 0.02], [0.5, 0.03])
+    assert adjusted_direction == pytest.approx([0.02, 0.04]) and adjusted_equivalence == pytest.approx([0.5, 0.06])
+
+
+@pytest.mark.slow  # thousands of simulated decisions through the real decision code
+@pytest.mark.parametrize("n", [5, 10, 20])
+def test_equivalence_keeps_the_family_wise_error_at_no_difference_at_delta_and_on_a_clear_effect(n):
+    """Three claims to a family, 400 families a case. No difference: a decided order is false.
+    A difference of exactly δ (gelu worse): "equivalent" or "reproduced" is false. A clear effect
+    (gelu better by 2.5 δ): "not reproduced" or "equivalent" is false, and most are decided. And a
+    family whose first claim is an easy tie (tiny noise) beside two noisy null claims: the tie is
+    decided, and no order is decided falsely more often (its second hypothesis still counts it)."""
+    rng = np.random.default_rng(100 + n)
+    bound = 0.05 + 4 * math.sqrt(0.05 * 0.95 / 400)
+    null = _tie_family(rng, n, [0.0] * 3, [0.01] * 3, 400)
+    assert _rate(null, {"reproduced", "not reproduced"}) <= bound
+    at_delta = _tie_family(rng, n, [DELTA] * 3, [0.01] * 3, 400)
+    assert _rate(at_delta, {"equivalent", "reproduced"}) <= bound
+    clear = _tie_family(rng, n, [-2.5 * DELTA] * 3, [0.01] * 3, 400)
+    assert _rate(clear, {"not reproduced", "equivalent"}) <= bound
+    assert np.mean([v == "reproduced" for o in clear for v in o]) >= 0.9
+    mixed = _tie_family(rng, n, [0.0] * 3, [0.0005, 0.05, 0.05], 400)
+    assert np.mean([o[0] == "equivalent" for o in mixed]) >= 0.9
+    assert _rate(mixed, {"reproduced", "not reproduced"}) <= bound
+    if n >= 10:  # and ties are decided: the power the word was added for
+        assert np.mean([v == "equivalent" for o in null for v in o]) >= 0.8
+
+
 # -- seeds until decided ------------------------------------------------------------------------------
 
-def _sequential(rng, shifts, start, step, most, noise="normal"):
+def _sequential(rng, shifts, start, step, most, noise="normal", delta=None, sd=None):
     """One run of the until-decided loop on simulated seeds: add ``step`` seeds to the open claims'
-    configurations until each claim is decided or ``most`` seeds are used. Returns verdicts and seeds."""
+    configurations until each claim is decided or ``most`` seeds are used. Returns verdicts and seeds.
+    With ``delta``, each claim also has its TOST at ±delta; ``sd``: plain normal noise of that sd."""
     n_claims = len(shifts)
-    gelu = value(rng, noise, np.zeros(most))
-    others = [value(rng, noise, np.zeros(most), s) for s in shifts]
+    if sd is None:
+        gelu = value(rng, noise, np.zeros(most))
+        others = [value(rng, noise, np.zeros(most), s) for s in shifts]
+    else:  # gelu worse than other_i by shifts[i]
+        gelu = 1.0 + sd * rng.normal(size=most)
+        others = [1.0 - s + sd * rng.normal(size=most) for s in shifts]
     looks = {f"c{i}": [] for i in range(n_claims)}
     used = {f"c{i}": start for i in range(n_claims)}
     n = start
@@ -178,7 +247,8 @@ def _sequential(rng, shifts, start, step, most, noise="normal"):
             claim = f"c{i}"
             k = used[claim]
             d = gelu[:k] - others[i][:k]
-            looks[claim].append(st.ClaimLook(k, st.paired_t_p(d), "reproduced" if d.mean() < 0 else "not reproduced"))
+            looks[claim].append(st.ClaimLook(k, st.paired_t_p(d), "reproduced" if d.mean() < 0 else "not reproduced",
+                                             st.tost_p(d, delta) if delta else math.nan))
         decided = st.sequential_decisions(looks, most)
         open_claims = [c for c, (verdict, _) in decided.items() if verdict == "inconclusive"]
         if not open_claims or n >= most:
@@ -195,6 +265,23 @@ def test_until_decided_keeps_the_family_wise_error_under_the_null():
         runs = [_sequential(rng, [0.0, 0.0], 3, 2, 15, noise)[0] for _ in range(500)]
         rate = np.mean([any(v != "inconclusive" for v, _ in r.values()) for r in runs])
         assert rate <= 0.05 + 4 * math.sqrt(0.05 * 0.95 / 500), (noise, rate)
+
+
+@pytest.mark.slow  # thousands of simulated decisions through the real decision code
+def test_until_decided_with_equivalence_keeps_the_family_wise_error_over_the_looks():
+    """Two claims, looks at 3, 5, ..., 15 seeds, both boundaries: at no difference no order is
+    decided falsely, at a difference of exactly δ no "equivalent", on a clear effect neither the
+    wrong order nor "equivalent"; ties and clear effects stop before the budget."""
+    rng = np.random.default_rng(21)
+    bound = 0.05 + 4 * math.sqrt(0.05 * 0.95 / 500)
+    cases = {"none": (0.0, {"reproduced", "not reproduced"}), "delta": (DELTA, {"equivalent", "reproduced"}),
+             "clear": (-2.5 * DELTA, {"not reproduced", "equivalent"})}
+    for name, (shift, wrong) in cases.items():
+        runs = [_sequential(rng, [shift, shift], 3, 2, 15, delta=DELTA, sd=0.01) for _ in range(500)]
+        rate = np.mean([any(v in wrong for v, _ in r.values()) for r, _ in runs])
+        assert rate <= bound, (name, rate)
+        if name != "delta":
+            assert np.median([n for _, n in runs]) < 15, name  # decided before the budget
 
 
 def test_until_decided_stops_early_on_a_clear_effect_and_at_the_budget_on_a_null():
