@@ -357,9 +357,11 @@ def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, 
         assert int(runs[run_id].data.tags["resumed_from_epoch"]) >= 1
 
 
-def test_until_decided_over_rest_adds_rounds_of_trials_and_shows_the_looks(server):
-    """A clear claim (relu against a zeroing expression) decided at the first look; the null one (relu
-    against itself as an expression) runs to the budget, its configurations' new trials listed."""
+def test_until_decided_over_rest_decides_an_order_and_a_tie_and_shows_the_looks(server):
+    """A clear claim (relu against a zeroing expression) and a tie (relu against itself written as an
+    expression: the same trials, seed for seed, which TOST shows equivalent at the first look), over
+    REST: the tie's configuration gets no more seeds, the clear claim's get a round (decided at the
+    second look), and the round's trials join the record."""
     spec = {"name": "until_decided_rest", "paper": "custom", "dataset": "digits", "val_size": 200,
             "model": {"kind": "mlp", "depth": 2, "width": 32}, "optimizer": "adam", "epochs": 2, "batch_size": 64,
             "activation": ["relu", {"name": "zero", "expr": "x * 0"}, {"name": "relu_again", "expr": "relu(x)"}],
@@ -373,14 +375,14 @@ def test_until_decided_over_rest_adds_rounds_of_trials_and_shows_the_looks(serve
         assert created.json()["progress"]["trials_total"] == 6 and created.json()["sequential"] is None
         done = wait_for(client, created.json()["id"], finished)
         assert done["state"] == "succeeded", done["error"]
-        assert done["sequential"]["look"] == 3 and done["sequential"]["seeds"] == 4
-        assert list(done["sequential"]["decided"].values()) == ["reproduced"]
-        assert done["sequential"]["open"] == ["relu < relu_again on test_error"]
-        trials = done["trials"]  # the rounds' trials joined the record as they were added
-        assert done["progress"]["trials_total"] == done["progress"]["trials_done"] == len(trials) > 6
+        assert done["sequential"]["look"] == 2 and done["sequential"]["seeds"] == 3, done["sequential"]
+        assert done["sequential"]["decided"] == {"relu < zero on test_error": "reproduced",
+                                                 "relu < relu_again on test_error": "equivalent"}
+        assert done["sequential"]["open"] == []
+        trials = done["trials"]  # the round's trials joined the record as they were added
+        assert done["progress"]["trials_total"] == done["progress"]["trials_done"] == len(trials) == 8
         assert all(t["state"] in ("succeeded", "reused") for t in trials)
         seeds = {a: sorted(t["seed"] for t in trials if t["activation"] == a) for a in ("relu", "relu_again", "zero")}
-        assert seeds["relu"] == seeds["relu_again"] == [0, 1, 2, 3]
-        assert seeds["zero"] == list(range(len(seeds["zero"]))) and len(seeds["zero"]) < 4  # decided: no more seeds
+        assert seeds == {"relu": [0, 1, 2], "relu_again": [0, 1], "zero": [0, 1, 2]}  # the tie: no more seeds
         report = client.get(f"/sweeps/{done['id']}/results", params={"format": "md"}).text
-        assert "### Looks (seeds until decided)" in report
+        assert "### Looks (seeds until decided)" in report and "equivalent" in report
