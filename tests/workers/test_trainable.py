@@ -16,7 +16,10 @@ def test_an_allocation_past_the_limit_fails_naming_it_and_the_limit_is_lifted_af
     before = resource.getrlimit(resource.RLIMIT_DATA)
     with pytest.raises(MemoryError, match="went past its memory limit, 0.10 GB more"):
         with memory_limit(100_000_000):
-            torch.empty(50_000_000, dtype=torch.float32)  # 200 MB
+            # 4 GiB: more than any freed heap the process may hold from earlier tests (a 360-member
+            # pack's step frees hundreds of MB of 24 MB tensors, which malloc keeps and can hand out
+            # without growing VmData, the quantity the limit counts)
+            torch.empty(2 ** 30, dtype=torch.float32)
     assert resource.getrlimit(resource.RLIMIT_DATA) == before
     torch.empty(50_000_000, dtype=torch.float32)  # fine again
 
