@@ -209,15 +209,15 @@ def soi_map(x: Tensor, training: bool, generator: torch.Generator | None = None,
     return mask * x
 
 
-def dropout_noise(shape, p: float, device, generator: torch.Generator | None = None, u: Tensor | None = None) -> Tensor:
+def dropout_noise(shape, p: float, device, generator: torch.Generator | None = None) -> Tensor:
     """Inverted-dropout noise: 1/(1 − p) with probability 1 − p, else 0, as [u < 1 − p] for
-    u ~ U[0, 1) (given, or drawn from ``generator``, the global one if None).
+    u ~ U[0, 1) from ``generator`` (the global one if None).
 
     Written out rather than left to ``F.dropout`` so that a trial's masks come from one explicit
     source of uniforms on every device: in training, the counter-based generator of
     workers.masks, which a fused pack member (workers.fused) draws alike.
     """
-    return torch.where((uniform(shape, device, generator) if u is None else u) < 1.0 - p, 1.0 / (1.0 - p), 0.0)
+    return torch.where(uniform(shape, device, generator) < 1.0 - p, 1.0 / (1.0 - p), 0.0)
 
 
 class Dropout(nn.Dropout):

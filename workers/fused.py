@@ -68,7 +68,7 @@ class StackedNet(nn.Module):
     def __init__(self, references: list[nn.Module], activations: list[str], dropouts: list[float],
                  seeds: list[int] | None = None, device: torch.device | str = "cpu"):
         super().__init__()
-        self.activations, self.dropouts = activations, dropouts
+        self.activations = activations
         self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
         self.activated: list[bool] = []  # per Linear: is it followed by an activation (and dropout)?
         # per activated layer, each learnable activation parameter stacked over members, (P, 1, units
@@ -151,7 +151,7 @@ class StackedNet(nn.Module):
         return [(names[start], start, end) for start, end in _runs(names)]
 
     # -- the masks of a step: every site of every member that draws, in one pass per kind -----------
-    def dropout_noise(self, shape, device, members: list[int], step: int = 0) -> list[Tensor] | None:
+    def dropout_noise(self, batch: int, device, step: int = 0) -> list[Tensor] | None:
         """Each activated layer's inverted-dropout noise (P, B, width) at ``step``: 1/(1 − p) where
         the member keeps the unit, else 0; 1 for members without dropout (their values pass
         unchanged). None where no member drops out (or in eval mode). One hash over every layer's
@@ -159,14 +159,14 @@ class StackedNet(nn.Module):
         draws the masks of an fp32 one."""
         if not self.training or not self.any_dropout:
             return None
-        batch, device = shape[1], torch.device(device)
+        device = torch.device(device)
         sites = tuple((masks.site(layer, masks.DROPOUT), width) for layer, width in enumerate(self.widths))
         keys = self.seed_keys if self.drop_rows is None else self.seed_keys.index_select(0, self.drop_rows)
         keep = masks.kept(masks.step_keys(keys, step), _joined_counters(batch, sites, device), self.thresholds)
         noise = torch.where(keep, self.scales, 0.0)
         if self.drop_rows is not None:  # the other rows keep everything
             noise = torch.ones((len(self.row_dropout), *noise.shape[1:]), device=device).index_copy_(0, self.drop_rows, noise)
-        return _by_site(noise, [width for _, width in sites])
+        return list(noise.split(self.widths, dim=-1))
 
     def soi_uniforms(self, batch: int, device, step: int) -> list[Tensor] | None:
         """Each activated layer's U[0, 1) for SOI's masks, (S, B, width) for the span of
@@ -176,7 +176,7 @@ class StackedNet(nn.Module):
         start, end = self.soi_span
         sites = tuple((masks.site(layer, masks.SOI), width) for layer, width in enumerate(self.widths))
         drawn = masks.uniforms(masks.step_keys(self.seed_keys[start:end], step), _joined_counters(batch, sites, torch.device(device)))
-        return _by_site(drawn, [width for _, width in sites])
+        return list(drawn.split(self.widths, dim=-1))
 
     def _activate(self, x: Tensor, members: list[int], depth: int, soi_u: Tensor | None) -> Tensor:
         groups = self._groups(members)  # one slice per activation when the pack is sorted by it
@@ -223,7 +223,7 @@ class StackedNet(nn.Module):
         """``x``: (P, B, D) per-member inputs, or (B, D) shared by all members; returns (P, B, out).
         In training mode the masks are those of optimiser step ``step``."""
         batch = x.shape[-2]
-        noises = self.dropout_noise((len(members), batch), x.device, members, step)
+        noises = self.dropout_noise(batch, x.device, step)
         soi = self.soi_uniforms(batch, x.device, step) if self.training else None
         depth = 0  # activated layers so far
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
@@ -238,11 +238,6 @@ class StackedNet(nn.Module):
                     x = x * noises[depth]
                 depth += 1
         return x
-
-
-def _by_site(drawn: Tensor, widths: list[int]) -> list[Tensor]:
-    """The per-site views of masks drawn side by side on the last dimension."""
-    return list(drawn.split(widths, dim=-1))
 
 
 @lru_cache(maxsize=64)
@@ -335,7 +330,7 @@ class CompiledStep:
 
     def __call__(self, x: Tensor, y: Tensor, members: list[int], step: int) -> Tensor:
         net = self.net
-        noises = net.dropout_noise((len(members), x.shape[1]), x.device, members, step)
+        noises = net.dropout_noise(x.shape[1], x.device, step)
         noises = tuple(noises) if noises is not None else (None,) * len(net.widths)
         groups = tuple(net._groups(members))
         return self.losses(tuple(net.weights), tuple(net.biases), x, y, groups, tuple(net.activated), noises, self.task)

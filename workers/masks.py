@@ -147,17 +147,20 @@ class MaskClock:
             self._cached = {"step": self.step, "keys": step_keys(self.key.to(device), self.step)}
         return self._cached["keys"]
 
+    @staticmethod
+    def _counters(site_id: int, shape, device) -> Tensor:
+        return site_counters(shape[0], int(torch.Size(shape[1:]).numel()), site_id, torch.device(device))
+
     def draw(self, site_id: int, shape, device) -> Tensor | None:
         """U[0, 1) of ``shape`` (batch first) at this step and site; None without a key."""
         if self.key is None:
             return None
-        counters = site_counters(shape[0], int(torch.Size(shape[1:]).numel()), site_id, torch.device(device))
-        return uniforms(self._keys(device), counters)[0].view(shape)
+        return uniforms(self._keys(device), self._counters(site_id, shape, device))[0].view(shape)
 
     def keep(self, site_id: int, shape, device, p: float) -> Tensor | None:
         """Dropout's keep mask of ``shape`` at this step and site (u < 1 − p); None without a key."""
         if self.key is None:
             return None
-        counters = site_counters(shape[0], int(torch.Size(shape[1:]).numel()), site_id, torch.device(device))
+        counters = self._counters(site_id, shape, device)
         threshold = torch.tensor([keep_threshold(p)], dtype=torch.int32, device=device)
         return kept(self._keys(device), counters, threshold)[0].view(shape)

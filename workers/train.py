@@ -180,7 +180,7 @@ def at_best_val(epoch: int, metrics: dict) -> dict:
 
 
 def rng_states(device: torch.device) -> dict:
-    """The global generators' states: the CPU one, and the device's where masks are drawn on a GPU."""
+    """The global generators' states: the CPU one, and the device's where a trial draws on a GPU (input noise, torch's own dropout layers)."""
     return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
 
 

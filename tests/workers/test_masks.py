@@ -51,10 +51,10 @@ def test_uniforms_are_in_the_unit_interval_with_the_mean_and_variance_of_u01():
 @pytest.mark.parametrize("p", [0.5, 0.25, 0.1])
 def test_dropout_keeps_at_its_rate(p):
     net = _net(["relu"] * 6, [p] * 6, range(6))
-    kept = torch.stack([(noise > 0).float() for noise in net.dropout_noise((6, 128), "cpu", list(range(6)), step=3)])
+    kept = torch.stack([(noise > 0).float() for noise in net.dropout_noise(128, "cpu", step=3)])
     n = kept.numel()
     assert abs(kept.mean().item() - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n)
-    noise = net.dropout_noise((6, 128), "cpu", list(range(6)), step=3)[0]
+    noise = net.dropout_noise(128, "cpu", step=3)[0]
     assert noise.unique().tolist() == [0.0, pytest.approx(1 / (1 - p))]
 
 
@@ -65,8 +65,8 @@ def _agreement_bound(n: int) -> float:
 def test_masks_are_independent_across_members_steps_layers_and_elements():
     net = _net(["relu"] * 4, [0.5] * 4, [0, 1, 2, 3])
     members = list(range(4))
-    step0 = [(n > 0) for n in net.dropout_noise((4, 256), "cpu", members, step=0)]
-    step1 = [(n > 0) for n in net.dropout_noise((4, 256), "cpu", members, step=1)]
+    step0 = [(n > 0) for n in net.dropout_noise(256, "cpu", step=0)]
+    step1 = [(n > 0) for n in net.dropout_noise(256, "cpu", step=1)]
     pairs = {"members 0 and 1": (step0[0][0], step0[0][1]), "seeds 2 and 3": (step0[1][2], step0[1][3]),
              "steps 0 and 1": (step0[0][0], step1[0][0]), "layers 0 and 1": (step0[0][0], step0[1][0]),
              "neighbouring elements": (step0[2][0][:, :-1], step0[2][0][:, 1:]),
@@ -79,8 +79,8 @@ def test_masks_are_independent_across_members_steps_layers_and_elements():
 def test_a_members_masks_do_not_depend_on_its_pack():
     alone = _net(["gelu"], [0.5], [7])
     crowd = _net(["relu", "gelu", "elu", "soi"], [0.25, 0.5, 0.0, 0.0], [3, 7, 1, 2])
-    mine = alone.dropout_noise((1, 32), "cpu", [0], step=11)
-    theirs = crowd.dropout_noise((4, 32), "cpu", list(range(4)), step=11)
+    mine = alone.dropout_noise(32, "cpu", step=11)
+    theirs = crowd.dropout_noise(32, "cpu", step=11)
     for layer_alone, layer_crowd in zip(mine, theirs):
         assert torch.equal(layer_alone[0], layer_crowd[1])
     assert torch.equal(theirs[0][2], torch.ones_like(theirs[0][2]))  # dropout 0: every unit passes, scaled by 1
@@ -94,7 +94,7 @@ def test_a_lone_networks_layers_draw_the_pack_members_masks():
     net.mask_clock.step = 9
     pack = _net(["relu", "soi"], [0.0, 0.5], [1, 5])
     soi = pack.soi_uniforms(16, "cpu", step=9)  # (rows of the stochastic span: the soi member is its first)
-    noise = pack.dropout_noise((2, 16), "cpu", [0, 1], step=9)
+    noise = pack.dropout_noise(16, "cpu", step=9)
     dropouts = [m for m in net.modules() if isinstance(m, Dropout)]
     assert len(dropouts) == MLP["depth"] and pack.soi_span == (1, 2)
     for layer, dropout in enumerate(dropouts):

@@ -87,8 +87,8 @@ def test_bf16_draws_the_masks_of_fp32(digits):
     draws = {}
     for dtype in ("fp32", "bf16"):
         state = fused.StackedPack([replace(c, dtype=dtype) for c in cfgs], digits, torch.device("cpu"))
-        draws[dtype] = state.net.dropout_noise((len(cfgs), 8), torch.device("cpu"), state.members, step=5)
-        other = state.net.dropout_noise((len(cfgs), 8), torch.device("cpu"), state.members, step=6)
+        draws[dtype] = state.net.dropout_noise(8, torch.device("cpu"), step=5)
+        other = state.net.dropout_noise(8, torch.device("cpu"), step=6)
     assert all(noise.dtype == torch.float32 for noise in draws["bf16"])
     assert all(torch.equal(a, b) for a, b in zip(draws["fp32"], draws["bf16"]))
     assert not torch.equal(draws["bf16"][0], other[0])
