@@ -10,7 +10,7 @@ import ray
 
 from search_spaces import SweepSpec
 from workers.data import Splits
-from workers.pack_memory import measure_footprint
+from workers.pack_memory import PackFootprint, measure_footprint
 from workers.trial import GridPoint
 
 logger = logging.getLogger("actsweep.sweeps")
@@ -32,8 +32,7 @@ def pack_memory_budget(spec: SweepSpec, slots: int, context_bytes: float = 0) ->
         return int(execution.pack_memory_gb * 2 ** 30)
     if execution.gpus_per_trial:
         share = min(1.0, execution.gpus_per_trial)  # a pack trains on one device
-        total = ray.get(_gpu_memory.options(num_gpus=share).remote())
-        return int((total * share - context_bytes) * GPU_HEADROOM)  # (the pack's process holds a CUDA context)
+        return int((gpu_memory() * share - context_bytes) * GPU_HEADROOM)  # (the pack's process holds a CUDA context)
     return int(_available_memory() * CPU_SHARE / slots)
 
 
@@ -55,15 +54,19 @@ def _gpu_memory() -> int:
     return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
 
 
+def pack_footprint(spec: SweepSpec, points: list[GridPoint], data: Splits) -> PackFootprint:
+    """The measured footprint (workers.pack_memory) of packs of the spec's ``points``: from one
+    config per activation, eager (compiled steps save fewer tensors: the eager count bounds them)."""
+    one_per_activation = list({p.activation: p for p in points}.values())
+    return measure_footprint([replace(spec.trial_config(p), compile=False) for p in one_per_activation], data)
+
+
 def auto_pack_size(spec: SweepSpec, points: list[GridPoint], data: Splits, slots: int,
                    budget: int | None = None, context_bytes: float = 0) -> int:
     """The largest pack (at most 256) whose measured footprint (workers.pack_memory) fits the
     budget; packs() then deals the points over the slots. Raises PackMemoryError if none fits."""
     budget = pack_memory_budget(spec, slots, context_bytes) if budget is None else budget
-    one_per_activation = list({p.activation: p for p in points}.values())
-    cfgs = [replace(spec.trial_config(p), compile=False)
-            for p in one_per_activation]  # (compiled steps save fewer tensors: the eager count bounds them)
-    footprint = measure_footprint(cfgs, data)
+    footprint = pack_footprint(spec, points, data)
     size = min(256, footprint.largest_pack(budget))
     if size < 1:
         raise PackMemoryError(f"execution.pack_size auto: a pack of one member needs "

@@ -11,7 +11,7 @@ import os
 import re
 import socket
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 import ray
@@ -19,8 +19,7 @@ from ray import tune
 
 from search_spaces import LrSearch, SweepSpec, packs
 from service.driver.gpu_placement import check_gpu_placement
-from service.driver.pack_sizing import auto_pack_size, gpu_memory
-from workers.pack_memory import measure_footprint
+from service.driver.pack_sizing import auto_pack_size, gpu_memory, pack_footprint
 from service.driver.provenance import code_version, hardware
 from service.lock import environment_lock
 from service.patience import cannot_write
@@ -224,9 +223,7 @@ class _Sweep:
             footprint = estimate(spec)
             trial_bytes = footprint.memory_bytes if footprint else 0
         else:
-            cfgs = [replace(spec.trial_config(p), compile=False) for p in
-                    {p.activation: p for p in spec.grid_points()}.values()]
-            trial_bytes = measure_footprint(cfgs, data).bytes(pack_size)
+            trial_bytes = pack_footprint(spec, spec.grid_points(), data).bytes(pack_size)
         check_gpu_placement(spec.execution.gpus_per_trial, trial_bytes, total, self.context_bytes,
                             fused=pack_size is not None)
 
