@@ -181,6 +181,10 @@ class Execution(StrictModel):
     # fused packs: the training step (layers, activations, masks, loss) under torch.compile, which
     # fuses the elementwise work into fewer kernels; off by default (docs/speed.md: measured here)
     compile: bool = False
+    # fused packs on a GPU: the training step (forward, backward, optimiser) captured once as a CUDA
+    # graph and replayed, one launch a step (workers/graphs.py); eager where capture fails or cannot
+    # apply, and the trial's record says why. Ignored on a CPU
+    cuda_graphs: bool = True
 
     @field_validator("pack_size", mode="before")
     @classmethod
@@ -572,6 +576,7 @@ class SweepSpec(StrictModel):
             "cpus_per_trial": self.execution.cpus_per_trial,
             "gpus_per_trial": self.execution.gpus_per_trial,
             "dtype": self.execution.dtype, "compile": self.execution.compile,
+            "cuda_graphs": self.execution.cuda_graphs,
         }
 
     def trial_config(self, point: GridPoint) -> TrialConfig:

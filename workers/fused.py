@@ -26,11 +26,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.adam import adam
 
-from workers import masks
+from workers import graphs, masks
 from workers.activations import Activation, elu, elu_into, gelu_tanh, lrelu, normal_cdf, soi_map
 from workers.data.splits import Splits
 from workers.models import build_model
 from workers.optim import BETAS, EPS
+from workers.precision import forward_precision
 from workers.registry import FUSABLE_MODELS
 from workers.train import EVAL_BATCH, train_members
 from workers.trial import TrialConfig
@@ -151,7 +152,7 @@ class StackedNet(nn.Module):
         return [(names[start], start, end) for start, end in _runs(names)]
 
     # -- the masks of a step: every site of every member that draws, in one pass per kind -----------
-    def dropout_noise(self, batch: int, device, step: int = 0) -> list[Tensor] | None:
+    def dropout_noise(self, batch: int, device, step: int | Tensor = 0) -> list[Tensor] | None:
         """Each activated layer's inverted-dropout noise (P, B, width) at ``step``: 1/(1 − p) where
         the member keeps the unit, else 0; 1 for members without dropout (their values pass
         unchanged). None where no member drops out (or in eval mode). One hash over every layer's
@@ -168,7 +169,7 @@ class StackedNet(nn.Module):
             noise = torch.ones((len(self.row_dropout), *noise.shape[1:]), device=device).index_copy_(0, self.drop_rows, noise)
         return list(noise.split(self.widths, dim=-1))
 
-    def soi_uniforms(self, batch: int, device, step: int) -> list[Tensor] | None:
+    def soi_uniforms(self, batch: int, device, step: int | Tensor) -> list[Tensor] | None:
         """Each activated layer's U[0, 1) for SOI's masks, (S, B, width) for the span of
         stochastic rows (``soi_span``), or None without SOI members."""
         if self.soi_span is None:
@@ -219,9 +220,10 @@ class StackedNet(nn.Module):
         self.seed_keys = self.seed_keys[index]
         self._mask_rows(self.flat.device)
 
-    def forward(self, x: Tensor, members: list[int], collect: list | None = None, step: int = 0) -> Tensor:
+    def forward(self, x: Tensor, members: list[int], collect: list | None = None, step: int | Tensor = 0) -> Tensor:
         """``x``: (P, B, D) per-member inputs, or (B, D) shared by all members; returns (P, B, out).
-        In training mode the masks are those of optimiser step ``step``."""
+        In training mode the masks are those of optimiser step ``step`` (or of the step whose salt
+        the 0-d tensor ``step`` holds: workers.masks.step_keys)."""
         batch = x.shape[-2]
         noises = self.dropout_noise(batch, x.device, step)
         soi = self.soi_uniforms(batch, x.device, step) if self.training else None
@@ -421,11 +423,16 @@ class StackedOptimizer:
         self.step_count = saved["step_count"]
         self._bind()
 
-    @torch.no_grad()
     def step(self) -> None:
+        self.step_count += 1
+        self.apply()
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        """The update itself, on the device (a CUDA graph replays it; workers.graphs): ``step`` without
+        the host's step count."""
         cfg, params, views = self.cfg, self.params, self.views
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]  # (a parameter no member uses)
-        self.step_count += 1
         if cfg.optimizer == "adam":  # (the fused Adam counts its steps in self.counters)
             m, v = views["exp_avg"], views["exp_avg_sq"]
             if self.single_lr:  # torch.optim's Adam as it is (its weight decay included)
@@ -514,6 +521,8 @@ class StackedPack:
         self.optimizer = StackedOptimizer(self.first, self.net, [c.lr for c in cfgs])
         self.members = list(range(len(cfgs)))
         self.compiled = CompiledStep(self.net, self.first.task) if self.first.compile else None
+        precision = lambda: forward_precision(self.first.dtype, device, cache=False)  # noqa: E731
+        self.graphed = graphs.GraphedStep(self, precision, graphs.refusal(self.first, device))
 
     def place(self, arrays: list) -> list[Tensor]:
         """All of the data on the device, inputs as vectors (the pack's layers are matmuls)."""
@@ -540,6 +549,9 @@ class StackedPack:
         self.optimizer.factor = lr_factor
         self.optimizer.step()
 
+    def replay(self, x: Tensor, y: Tensor, lr_factor: float, step: int) -> Tensor | None:
+        return self.graphed(x, y, lr_factor, step)
+
     def evaluate(self, x: Tensor, y: Tensor, top5: bool, per_member: bool) -> list[dict[str, float]]:
         losses, errors = evaluate_pack(self.net, self.members, x, y, self.first.task)  # (fusable: no top5)
         return [{"loss": loss, "error": error} for loss, error in zip(losses, errors)]
@@ -558,6 +570,7 @@ class StackedPack:
         self.net.keep(index)
         self.optimizer.keep(index)
         self.members = [self.members[i] for i in positions]
+        self.graphed.reset()  # (new shapes and buffers: captured again)
 
     def state(self) -> dict:
         return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict()}
@@ -567,6 +580,7 @@ class StackedPack:
             for name, param in self.net.named_parameters():
                 param.copy_(state["net"][name])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.graphed.reset()
 
 
 def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str = "cpu", *,
@@ -580,7 +594,13 @@ def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | s
     differing = [k for k in SHARED if any(getattr(c, k) != getattr(cfgs[0], k) for c in cfgs)]
     if differing:
         raise ValueError(f"a fused pack shares {', '.join(differing)}; its members differ there")
-    yield from train_members(StackedPack(cfgs, splits, torch.device(device)), splits, resume=resume, on_state=on_state)
+    pack = StackedPack(cfgs, splits, torch.device(device))
+    for report in train_members(pack, splits, resume=resume, on_state=on_state):
+        if pack.device.type == "cuda":  # how its steps ran: a CUDA graph, or eagerly and why (the run's tag)
+            for metrics in report:
+                if metrics is not None:
+                    metrics["step_mode"] = pack.graphed.mode
+        yield report
 
 
 @torch.no_grad()

@@ -79,9 +79,16 @@ def seed_key(seed: int) -> int:
     return mix32_int(mix32_int(seed & _U32) ^ mix32_int((seed >> 32) + GOLDEN))
 
 
-def step_keys(seed_keys: Tensor, step: int) -> Tensor:
-    """The (P,) int32 keys of a step: each member's seed key mixed with the step."""
-    return mix32_(seed_keys ^ _signed(mix32_int(step * GOLDEN + 1)))
+def step_salt(step: int) -> int:
+    """What a step mixes into every seed key (a signed int32)."""
+    return _signed(mix32_int(step * GOLDEN + 1))
+
+
+def step_keys(seed_keys: Tensor, step: int | Tensor) -> Tensor:
+    """The (P,) int32 keys of a step: each member's seed key mixed with the step. ``step`` is the
+    step, or a 0-d int32 tensor holding its :func:`step_salt` (a CUDA graph's input, which the
+    replay sets: workers.graphs)."""
+    return mix32_(seed_keys ^ (step if isinstance(step, Tensor) else step_salt(step)))
 
 
 def seed_keys(seeds: list[int], device) -> Tensor:

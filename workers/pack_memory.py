@@ -12,6 +12,8 @@ step of a small pack, on the CPU, counting the tensors that a step keeps alive o
 - per member, written from the code's shapes: each member's permutation of the training set
   (int64), the widest layer's output twice at the evaluation batch (input and output of one
   layer under ``no_grad``), and, with ``eval_noise``, the noisy copy of the test set (GELU Fig. 3);
+- per member, on a GPU where the step is a CUDA graph (workers.graphs): the graph's own copy of
+  the batch, of the step's saved tensors and of the gradients (:func:`graph_bytes`);
 - fixed, once per pack: the dataset resident on the device.
 
 The step runs the same code on a CPU as on a GPU, so these counts are the device's. On a GPU the
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from workers import graphs
 from workers.data.splits import Splits
 from workers.fused import StackedPack  # the pack exactly as it trains
 from workers.train import EVAL_BATCH, train_step
@@ -62,12 +65,12 @@ def dataset_bytes(splits: Splits) -> int:
 def step_bytes(cfgs: list[TrialConfig], splits: Splits) -> int:
     """Bytes one training step of a pack of ``cfgs`` keeps alive, without the dataset: measured on
     the CPU (persistent state and saved tensors) plus the per-member buffers of the module docstring."""
-    return sum(_step_parts(cfgs, splits))
+    return sum(_step_parts(cfgs, splits).values())
 
 
-def _step_parts(cfgs: list[TrialConfig], splits: Splits) -> tuple[int, int]:
-    """(what one training step holds: weights, gradients, optimiser state, saved tensors;
-    the per-member buffers written from the code's shapes)."""
+def _step_parts(cfgs: list[TrialConfig], splits: Splits) -> dict[str, int]:
+    """What one training step holds, by part: weights, gradients, optimiser state, saved tensors,
+    and the per-member buffers written from the code's shapes."""
     first = cfgs[0]
     pack = StackedPack(cfgs, splits, torch.device("cpu"))
     batch = min(first.batch_size, len(splits.train_y))
@@ -93,7 +96,8 @@ def _step_parts(cfgs: list[TrialConfig], splits: Splits) -> tuple[int, int]:
     eval_bytes = members * 2 * EVAL_BATCH * widest * 4
     order_bytes = members * len(splits.train_y) * 8
     noise_bytes = members * 2 * int(np.asarray(splits.test_x).size) * 4 if first.eval_noise else 0
-    return 2 * weights + optimiser + sum(saved.values()), eval_bytes + order_bytes + noise_bytes
+    return {"weights": weights, "gradients": weights, "optimiser": optimiser, "saved": sum(saved.values()),
+            "buffers": eval_bytes + order_bytes + noise_bytes}
 
 
 def device_overhead_bytes(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str) -> int:
@@ -121,7 +125,8 @@ def device_overhead_bytes(cfgs: list[TrialConfig], splits: Splits, device: torch
     train_step(pack, xb, yb, contextlib.nullcontext(), 1.0, step=0)
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - before
-    held, _ = _step_parts(cfgs, splits)
+    parts = _step_parts(cfgs, splits)
+    held = parts["weights"] + parts["gradients"] + parts["optimiser"] + parts["saved"]
     return max(0, peak - dataset_bytes(splits) - held)
 
 
@@ -132,5 +137,18 @@ def measure_footprint(cfgs: list[TrialConfig], splits: Splits, device: torch.dev
     also holds what its allocator keeps beyond the tensors (:func:`device_overhead_bytes`)."""
     once = step_bytes(cfgs, splits)
     twice = step_bytes([*cfgs, *cfgs], splits)
+    per_member = -(-(twice - once) // len(cfgs))
+    if graphs.refusal(cfgs[0], torch.device(device)) is None:  # a CUDA graph's pool holds a step of its own
+        per_member += -(-(graph_bytes([*cfgs, *cfgs], splits) - graph_bytes(cfgs, splits)) // len(cfgs))
     return PackFootprint(fixed=dataset_bytes(splits) + device_overhead_bytes(cfgs, splits, device),
-                         per_member=max(1, -(-(twice - once) // len(cfgs))))
+                         per_member=max(1, per_member))
+
+
+def graph_bytes(cfgs: list[TrialConfig], splits: Splits) -> int:
+    """What a pack's CUDA graph (workers.graphs) holds beside the eager allocations: its static copy
+    of the batch, and a full step's saved tensors and gradients in its private memory pool, which
+    the eager steps (an epoch's last, smaller batch) do not share."""
+    parts = _step_parts(cfgs, splits)
+    batch = min(cfgs[0].batch_size, len(splits.train_y))
+    features = int(np.prod(np.asarray(splits.train_x).shape[1:]))
+    return len(cfgs) * batch * (features * 4 + 8) + parts["saved"] + parts["gradients"]

@@ -17,12 +17,13 @@ import torch
 DTYPES = ("fp32", "bf16", "tf32")
 
 
-def forward_precision(dtype: str, device: torch.device):
-    """The context a trial's forward passes (training and evaluation) run in."""
+def forward_precision(dtype: str, device: torch.device, cache: bool = True):
+    """The context a trial's forward passes (training and evaluation) run in. ``cache`` False: bf16's
+    autocast keeps no casts between calls (what a CUDA graph's capture needs; the values are the same)."""
     if dtype not in DTYPES:
         raise ValueError(f"execution.dtype: unknown {dtype!r}; accepted: {', '.join(DTYPES)}")
     if dtype == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=cache)
     if dtype == "tf32" and device.type == "cuda":
         return _TF32()
     return contextlib.nullcontext()

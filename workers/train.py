@@ -208,6 +208,7 @@ class Members(Protocol):
     def losses(self, x: Tensor, y: Tensor, step: int) -> Tensor: ...  # train mode, masks of ``step``: (P,) mean losses
     def zero_grad(self) -> None: ...
     def step(self, lr_factor: float) -> None: ...  # the optimiser's step at lr × lr_factor
+    def replay(self, x, y: Tensor, lr_factor: float, step: int) -> Tensor | None: ...  # a captured step's losses, or None
     def evaluate(self, x, y: Tensor, top5: bool, per_member: bool) -> list[dict[str, float]]: ...
     def unit_means(self, x: Tensor) -> list[Tensor]: ...  # per activation layer: (P, units)
     def learned(self, position: int) -> dict[str, float]: ...  # learnable activation parameters
@@ -257,6 +258,9 @@ class OneModel:
     def step(self, lr_factor: float) -> None:
         self.optimizer.step(self.cfg.lr * lr_factor)
 
+    def replay(self, x, y: Tensor, lr_factor: float, step: int) -> None:
+        return None  # (a lone trial steps eagerly)
+
     def evaluate(self, x, y: Tensor, top5: bool, per_member: bool) -> list[dict[str, float]]:
         return [evaluate(self.model, x[0] if per_member else x, y, self.cfg.task, top5)]
 
@@ -286,7 +290,11 @@ class OneModel:
 
 def train_step(members: Members, x: Tensor, y: Tensor, precision, lr_factor: float, step: int = 0) -> Tensor:
     """Optimiser step ``step`` (0-based, counted over the whole run) of every member on its batch;
-    the members' losses (detached). The step keys the members' dropout and SOI masks (workers.masks)."""
+    the members' losses (detached). The step keys the members' dropout and SOI masks (workers.masks).
+    A fused pack on a GPU replays the step as a CUDA graph where it has one (workers.graphs)."""
+    replayed = members.replay(x, y, lr_factor, step)
+    if replayed is not None:
+        return replayed
     with precision, record_function("train.forward"):  # (phase labels for torch.profiler: docs/speed.md)
         losses = members.losses(x, y, step)
     with record_function("train.backward"):

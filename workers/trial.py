@@ -25,7 +25,9 @@ from workers.activation_defs import ActivationDef, parse_name
 POINT_FIELDS = ("activation", "lr", "dropout", "seed")
 KEY_FIELD = "cache_key"  # a grid point's trial-cache key, beside it in a Tune config
 # fields of a Tune config that place or label a trial without changing what it computes
-NOT_TRAINING = frozenset({"experiment", "cpus_per_trial", "gpus_per_trial"})
+# settings that place or label a trial without changing its numbers (CUDA graphs replay the eager
+# step's kernels: tests/workers/test_graphs.py)
+NOT_TRAINING = frozenset({"experiment", "cpus_per_trial", "gpus_per_trial", "cuda_graphs"})
 WORKERS = Path(__file__).resolve().parent
 
 
@@ -101,6 +103,7 @@ class TrialConfig:
     expressions: dict = field(default_factory=dict)  # the sweep's expression activations: name → normal form
     dtype: str = "fp32"  # matmul precision: fp32, bf16 (autocast, fp32 master weights) or tf32 (CUDA)
     compile: bool = False  # fused packs: the training step under torch.compile
+    cuda_graphs: bool = True  # fused packs on a GPU: the training step captured as a CUDA graph (workers.graphs)
 
     @classmethod
     def from_config(cls, config: dict) -> "TrialConfig":

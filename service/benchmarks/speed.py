@@ -19,7 +19,9 @@ Variants (``--variants``; ``paper`` runs them all):
   DataLoader, torch.optim.Adam), trials one after another on all cores;
 - engine: the fused engine without the orchestration: ``workers.fused.train_pack`` called
   directly on one pack of every trial, on the device (all cores' threads on a CPU), no Ray Tune,
-  no MLflow (service.benchmarks.engine);
+  no MLflow (service.benchmarks.engine); on a GPU its step is a CUDA graph (workers.graphs);
+- engine_eager: the same with ``execution.cuda_graphs: false`` (GPU only: a CPU has no graphs);
+- engine_tf32, engine_bf16: the engine with TF32 matmuls (GPU only) or bf16 autocast;
 - per_trial: ``run_sweep``, one Ray Tune trial per grid point, metrics to MLflow;
 - fused: ``execution.mode: fused``, one pack per core, one thread each (the default placement);
 - fused_threads: one pack of every trial, with all cores as its threads (packs vs threads);
@@ -61,7 +63,11 @@ WORKLOADS = {  # train_examples per epoch (None: all 55,000), epochs, seeds per 
     "quick": {"train_examples": 12_800, "epochs": 3, "trials_per_activation": 8},
     "paper": {"train_examples": None, "epochs": 3, "trials_per_activation": 8},
 }
-VARIANTS = ("plain", "per_trial", "engine", "fused", "fused_threads", "fused_compile", "fused_bf16", "fused_tf32")
+VARIANTS = ("plain", "per_trial", "engine", "engine_eager", "engine_tf32", "engine_bf16", "fused", "fused_threads",
+            "fused_compile", "fused_bf16", "fused_tf32")
+GPU_ONLY, CPU_ONLY = {"engine_eager", "engine_tf32", "fused_tf32"}, {"fused_threads"}  # (the defaults leave them out)
+ENGINE = {"engine": {}, "engine_eager": {"cuda_graphs": False}, "engine_tf32": {"dtype": "tf32"},
+          "engine_bf16": {"dtype": "bf16"}}  # the engine variants' trial settings
 
 
 def _sync(device: str) -> None:
@@ -175,8 +181,9 @@ def _epoch_clock():
     return EpochClock()
 
 
-def run_engine(grid: list[dict], splits, epochs: int, threads: int, device: str) -> dict:
-    """One pack of every trial through ``train_pack``, timed as the other variants."""
+def run_engine(grid: list[dict], splits, epochs: int, threads: int, device: str, **settings) -> dict:
+    """One pack of every trial through ``train_pack``, timed as the other variants; ``settings``
+    change the trials' (``cuda_graphs``, ``dtype``)."""
     from dataclasses import replace
 
     from service.benchmarks.engine import engine_rate
@@ -184,7 +191,7 @@ def run_engine(grid: list[dict], splits, epochs: int, threads: int, device: str)
 
     torch.set_num_threads(threads)
     base = TrialConfig("gelu", LR, 0.0, 0, epochs=epochs, batch_size=BATCH, eval_noise=(),
-                       model={"kind": "mlp", "depth": DEPTH, "width": WIDTH, "init": "unit_norm_rows"})
+                       model={"kind": "mlp", "depth": DEPTH, "width": WIDTH, "init": "unit_norm_rows"}, **settings)
     cfgs = sorted((replace(base, activation=p["activation"], dropout=p["dropout"], seed=p["seed"]) for p in grid),
                   key=lambda c: (c.activation, c.seed))  # (as the planner sorts a pack: one kernel per activation)
     started = time.perf_counter()
@@ -281,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
     workload = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in WORKLOADS[args.workload].items()}
     names = args.variants.split(",") if args.variants else (
         ["plain", "per_trial", "fused"] if args.workload == "quick" else
-        [v for v in VARIANTS if v != ("fused_threads" if args.device == "cuda" else "fused_tf32")])
+        [v for v in VARIANTS if v not in (CPU_ONLY if args.device == "cuda" else GPU_ONLY)])
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         parser.error(f"--variants: unknown {', '.join(unknown)}; accepted: {', '.join(VARIANTS)}")
@@ -306,9 +313,9 @@ def main(argv: list[str] | None = None) -> dict:
     native_bf16 = has_native_bf16() if args.device == "cpu" else True
     peak = peaks(cores, args.device, native_bf16)
     if not native_bf16 and "fused_bf16" in names and not args.variants:
-        names.remove("fused_bf16")
+        names = [n for n in names if n not in ("fused_bf16", "engine_bf16")]
         print(f"this CPU has no native bf16 (bf16 matmuls at {peak['bf16']:.1f} GFLOP/s, "
-              f"{peak['fp32'] / peak['bf16']:.0f}× slower than fp32): fused_bf16 is left out; "
+              f"{peak['fp32'] / peak['bf16']:.0f}× slower than fp32): fused_bf16 and engine_bf16 are left out; "
               f"--variants fused_bf16 runs it anyway")
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
     print(f"workload {args.workload}: {len(grid)} trials × {epochs} epochs × {len(splits.train_y)} MNIST images "
@@ -330,8 +337,8 @@ def main(argv: list[str] | None = None) -> dict:
             for name in names:
                 if name == "plain":
                     timed = run_plain(grid, splits, epochs, cores, args.device)
-                elif name == "engine":
-                    timed = run_engine(grid, splits, epochs, cores, args.device)
+                elif name in ENGINE:
+                    timed = run_engine(grid, splits, epochs, cores, args.device, **ENGINE[name])
                 else:
                     overrides, at_once = variant_overrides(name, base, len(grid), slots, args.pack_size, args.device)
                     timed = run_actsweep(overrides, splits, home, at_once)
@@ -362,6 +369,7 @@ def main(argv: list[str] | None = None) -> dict:
     ops = print_step_ops(args.device)  # (after the timed variants: a 360-member pack's step leaves its memory behind)
     ratios = {}
     for over, under in [("fused", "plain"), ("per_trial", "plain"), ("engine", "plain"), ("engine", "fused"),
+                        ("engine", "engine_eager"), ("engine_tf32", "engine"), ("engine_bf16", "engine"),
                         ("fused_threads", "fused"),
                         ("fused_compile", "fused"), ("fused_bf16", "fused"), ("fused_tf32", "fused")]:
         if over in found and under in found:

@@ -27,7 +27,8 @@ def sweep_results(runs: RunStore | str, sweep_id: str) -> SweepResults:
 def training_settings(spec: SweepSpec) -> dict:
     """What must agree for trials of two specs to be the same trials: everything that changes training."""
     settings = {k: v for k, v in spec.trial_base().items() if k not in ("experiment", "cpus_per_trial",
-                                                                        "gpus_per_trial", "eval_noise", "compile")}
+                                                                        "gpus_per_trial", "eval_noise", "compile",
+                                                                        "cuda_graphs")}
     return {**settings, "dataset": spec.dataset, "val_size": spec.val_size, "train_subset": spec.train_subset,
             "data_options": spec.data_options.model_dump()}
 

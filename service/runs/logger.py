@@ -9,7 +9,7 @@ from ray import tune
 
 from service.patience import Outbox
 from service.runs.store import (DIVERGED, EXECUTION, GPUS, NODE_ID, NODE_IDS, PACK_ID, PACK_SIZE, PHASE, RESUMED_FROM_EPOCH,
-                                SWEEP_ID, TRIAL_ID, TRIAL_KEY, DatasetRef, RunStore, RunsUnavailable, _now_ms)
+                                STEP_MODE, SWEEP_ID, TRIAL_ID, TRIAL_KEY, DatasetRef, RunStore, RunsUnavailable, _now_ms)
 from workers.trial import KEY_FIELD, GridPoint, is_pack, member_results, members, mlflow_params
 
 # What Tune adds to every result; everything else numeric that a trial reports is a metric.
@@ -133,9 +133,11 @@ class MLflowTrialLogger(PicklableCallback):
                 self.logged_epochs[member] = step          # a retry, or logged by a driver that died)
                 metrics = {k: v for k, v in {**values, **resumed}.items()
                            if k not in TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
-            diverged = {DIVERGED: "true"} if values.get("diverged") else {}
+            member_tags = {DIVERGED: "true"} if values.get("diverged") else {}
+            if metrics and values.get("step_mode"):  # (a string: a tag, not a metric)
+                member_tags[STEP_MODE] = values["step_mode"]
             if metrics or tags:  # (one timestamp, taken now: a write sent again later is the same write)
-                self.outbox.put(self._send, "log_epoch", trial.trial_id, index, step, metrics, {**tags, **diverged},
+                self.outbox.put(self._send, "log_epoch", trial.trial_id, index, step, metrics, {**tags, **member_tags},
                                 _now_ms())
 
     def on_trial_complete(self, iteration, trials, trial, **info):

@@ -37,6 +37,7 @@ TRIAL_KEY, TRIAL_SIGNATURE, REUSED_FROM, DIVERGED = "trial_key", "trial_signatur
 NODE_ID, NODE_IDS, RESUMED_FROM_EPOCH = "node_id", "node_ids", "resumed_from_epoch"
 GPUS = "gpus"  # the fraction of a GPU the trial (or its pack) held
 EXECUTION, PACK_ID, PACK_SIZE = "execution", "pack_id", "pack_size"
+STEP_MODE = "step_mode"  # a fused pack on a GPU: "cuda graph", or "eager: <why>" (workers.graphs)
 PARENT = "mlflow.parentRunId"
 EXPERIMENT_KIND, TRAINING = "mlflow.experimentKind", "custom_model_development"  # (what MLflow's UI reads)
 SPEC_ARTIFACT, FIGURES_DIR, REPORT_ARTIFACT = "spec.json", "figures", "report.md"
