@@ -24,6 +24,8 @@ the trial's record says why (:func:`refusal`, ``GraphedStep.mode``):
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 from torch import Tensor
 
@@ -43,6 +45,13 @@ def refusal(cfg, device: torch.device) -> str | None:
     if cfg.schedule.get("kind", "constant") != "constant":
         return f"schedule {cfg.schedule['kind']!r}: the lr moves every step, and a graph fixes it"
     return None
+
+
+@lru_cache(maxsize=None)
+def side_stream(device: torch.device) -> torch.cuda.Stream:
+    """The one side stream of a process (per GPU) that warm-ups and captures run on: cuBLAS keeps a
+    workspace per stream it has run on (32 MiB on Hopper), so a stream per pack would add up."""
+    return torch.cuda.Stream(device)
 
 
 class GraphedStep:
@@ -82,7 +91,7 @@ class GraphedStep:
             return self.losses
         if self.warmed < WARMUP:  # a real step, eagerly, on a side stream (torch.cuda.graphs' warm-up)
             self.warmed += 1
-            side = torch.cuda.Stream()
+            side = side_stream(x.device)
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 losses = self._eager(x, y, step)
@@ -109,7 +118,7 @@ class GraphedStep:
         graph = torch.cuda.CUDAGraph()
         pack.zero_grad()  # the gradients are allocated inside the capture, in the graph's memory pool
         try:
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=side_stream(x.device)):
                 with self.precision_factory():
                     losses = pack.losses(self.x, self.y, self.salt)
                 losses.sum().backward()

@@ -32,7 +32,7 @@ import torch
 
 from workers import graphs
 from workers.data.splits import Splits
-from workers.fused import StackedPack  # the pack exactly as it trains
+from workers.fused import StackedPack, evaluate_pack  # the pack exactly as it trains
 from workers.train import EVAL_BATCH, train_step
 from workers.trial import TrialConfig
 
@@ -103,8 +103,10 @@ def _step_parts(cfgs: list[TrialConfig], splits: Splits) -> dict[str, int]:
 def device_overhead_bytes(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str) -> int:
     """On a GPU, what a pack's process holds in the caching allocator beyond the tensors the CPU
     count sees: cuBLAS's workspaces (allocated at the first matmul, kept), the allocator's rounding
-    and the step's transients. Measured: the allocator's peak over one real step of a pack of
-    ``cfgs`` on ``device``, less the dataset and what the same step holds on the CPU. 0 on a CPU
+    and the step's transients. Measured: the allocator's peak over the first real steps of a pack
+    of ``cfgs`` on ``device`` (with CUDA graphs: the warm-ups on their side stream, the capture and
+    a replay) and an evaluation on the main stream, less the dataset and what the same step holds
+    on the CPU. 0 on a CPU
     (the CUDA context itself lies outside the allocator: service.driver.gpu_placement counts it)."""
     device = torch.device(device)
     if device.type != "cuda":
@@ -122,7 +124,9 @@ def device_overhead_bytes(cfgs: list[TrialConfig], splits: Splits, device: torch
     batch = min(cfgs[0].batch_size, len(splits.train_y))
     idx = torch.arange(batch, device=device).expand(len(cfgs), batch)
     xb, yb = pack.batch(train_x, train_y, idx, [])
-    train_step(pack, xb, yb, contextlib.nullcontext(), 1.0, step=0)
+    for step in range(graphs.WARMUP + 2):  # (with CUDA graphs: the warm-ups on the side stream, the capture, a replay)
+        train_step(pack, xb, yb, contextlib.nullcontext(), 1.0, step=step)
+    evaluate_pack(pack.net, pack.members, train_x[:EVAL_BATCH], train_y[:EVAL_BATCH], cfgs[0].task)  # (the main stream's)
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - before
     parts = _step_parts(cfgs, splits)
