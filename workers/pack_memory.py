@@ -18,21 +18,21 @@ step of a small pack, on the CPU, counting the tensors that a step keeps alive o
 
 The step runs the same code on a CPU as on a GPU, so these counts are the device's. On a GPU the
 allocator also holds cuBLAS's workspaces (tens of MiB on Hopper, whatever the pack's size), its
-rounding and the step's transients: measured there by one real step (:func:`device_overhead_bytes`)
+rounding and the step's transients: measured there by a real pack on a few batches (:func:`device_overhead_bytes`)
 and added to the fixed part. The CUDA context lies outside the allocator: the driver counts it per
 process (service.driver.gpu_placement), and the budget keeps a headroom (service.driver.pack_sizing).
 """
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from workers import graphs
 from workers.data.splits import Splits
-from workers.fused import StackedPack, evaluate_pack  # the pack exactly as it trains
+from workers.fused import StackedPack, train_pack  # the pack exactly as it trains
 from workers.train import EVAL_BATCH, train_step
 from workers.trial import TrialConfig
 
@@ -102,36 +102,38 @@ def _step_parts(cfgs: list[TrialConfig], splits: Splits) -> dict[str, int]:
 
 def device_overhead_bytes(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str) -> int:
     """On a GPU, what a pack's process holds in the caching allocator beyond the tensors the CPU
-    count sees: cuBLAS's workspaces (allocated at the first matmul, kept), the allocator's rounding
-    and the step's transients. Measured: the allocator's peak over the first real steps of a pack
-    of ``cfgs`` on ``device`` (with CUDA graphs: the warm-ups on their side stream, the capture and
-    a replay) and an evaluation on the main stream, less the dataset and what the same step holds
-    on the CPU. 0 on a CPU
-    (the CUDA context itself lies outside the allocator: service.driver.gpu_placement counts it)."""
+    count sees: cuBLAS's workspaces (one per stream a matmul ran on, kept; a CUDA graph's capture
+    and its warm-up stream add theirs), the allocator's rounding and the step's transients.
+    Measured: the allocator's peak while a pack of ``cfgs`` trains one epoch on a few batches of
+    the data on ``device`` (the code path of a real pack: warm-ups, capture, replays, the last
+    smaller batch, evaluation), less that data and what the pack's step holds on the CPU. 0 on a
+    CPU (the CUDA context itself lies outside the allocator: service.driver.gpu_placement counts it)."""
     device = torch.device(device)
     if device.type != "cuda":
         return 0
-    # cuBLAS's workspaces outlive the matmuls that made them: dropped first, so that this step makes
+    # cuBLAS's workspaces outlive the matmuls that made them: dropped first, so that this pack makes
     # them again as a new trial process does (torch's own tests do the same; a private hook, if present)
     clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
     if clear_workspaces is not None:
         clear_workspaces()
+    batch = cfgs[0].batch_size
+    few = _few_batches(splits, (graphs.WARMUP + 3) * batch + batch // 2, 2 * batch)
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)
-    pack = StackedPack(cfgs, splits, device)
-    train_x, train_y = pack.place(splits.arrays())[:2]
-    batch = min(cfgs[0].batch_size, len(splits.train_y))
-    idx = torch.arange(batch, device=device).expand(len(cfgs), batch)
-    xb, yb = pack.batch(train_x, train_y, idx, [])
-    for step in range(graphs.WARMUP + 2):  # (with CUDA graphs: the warm-ups on the side stream, the capture, a replay)
-        train_step(pack, xb, yb, contextlib.nullcontext(), 1.0, step=step)
-    evaluate_pack(pack.net, pack.members, train_x[:EVAL_BATCH], train_y[:EVAL_BATCH], cfgs[0].task)  # (the main stream's)
+    for _ in train_pack([replace(cfg, epochs=1) for cfg in cfgs], few, device):
+        pass
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - before
-    parts = _step_parts(cfgs, splits)
+    parts = _step_parts(cfgs, few)
     held = parts["weights"] + parts["gradients"] + parts["optimiser"] + parts["saved"]
-    return max(0, peak - dataset_bytes(splits) - held)
+    return max(0, peak - dataset_bytes(few) - held)
+
+
+def _few_batches(splits: Splits, train: int, held_out: int) -> Splits:
+    return replace(splits, train_x=splits.train_x[:train], train_y=splits.train_y[:train],
+                   val_x=splits.val_x[:held_out], val_y=splits.val_y[:held_out],
+                   test_x=splits.test_x[:held_out], test_y=splits.test_y[:held_out])
 
 
 def measure_footprint(cfgs: list[TrialConfig], splits: Splits, device: torch.device | str = "cpu") -> PackFootprint:
