@@ -12,7 +12,7 @@ import secrets
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]+)@", re.I)
@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     # a sweep's driver waits out an outage of MLflow or of the sweep database this long (seconds),
     # retrying with backoff, before the sweep fails (service.patience)
     outage_patience_s: float = 600.0
+    # the trials' epochs wait in the driver this long at most, then each run's go to MLflow in one
+    # write (service.runs.logger); 0: every epoch written as it comes (a call per run and epoch)
+    metrics_flush_s: float = Field(1.0, ge=0, le=60)
     # MLflow's HTTP client, where the tracking URI is a server: this many retries (1 s, 2 s ... apart;
     # a sweep's driver makes one more) and this timeout per request, so a server that does not answer
     # fails a call in seconds (the API answers 503), not after minutes (service.runs.store)

@@ -13,7 +13,8 @@ on the embedded digits for one epoch, so what is measured is the orchestration, 
   around each RunStore call, and reading every trial run back with its histories;
 - the REST API (``actsweep serve`` in its own process, over HTTP) on a sweep record holding
   every trial: the paged trial list (first, middle and last page of 100), the sweep list and
-  the sweep's detail, each the median of 5 requests;
+  the sweep's detail, each the median of 5 requests; and, while the sweep runs, the sweep list
+  asked every 0.5 s (its p50, p99 and slowest answer);
 - the report: ``sweep_results`` read from MLflow, then the Markdown and the HTML report with
   its figures.
 
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -92,7 +94,8 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
     settings = Settings(home=home, num_cpus=os.cpu_count(), dashboard=False, download=False)
     connect_ray(settings)
     spec = SweepSpec.model_validate(tiny_spec(trials, mode, pack_size))
-    writes = _Timed(RunStore, ["create_trial", "log_epoch", "end_run", "sign", "copy_run", "start_sweep"])
+    writes = _Timed(RunStore, ["log_params", "create_trial_run", "log_epoch", "log_run_batch", "log_dataset", "end_run",
+                               "sign", "copy_run", "start_sweep"])
     training: dict[str, float] = {}
 
     class Training(tune.Callback):  # each Tune trial's own epoch time (training and evaluation)
@@ -100,9 +103,32 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
             members = list(result.get("members", {}).values()) or [result]
             training[trial.trial_id] = training.get(trial.trial_id, 0.0) + members[0].get("epoch_seconds", 0.0)
 
+    env = {**os.environ, "ACTSWEEP_HOME": str(home), "ACTSWEEP_DOWNLOAD": "false", "ACTSWEEP_DASHBOARD": "false"}
+    api = ApiServer(env, log=home / "api.log").start()
+    during: list[float] = []  # the sweep list's latency while the sweep runs, ms (one request every 0.5 s)
+    running = threading.Event()
+    running.set()
+
+    def poll_api():
+        with httpx.Client(base_url=api.url, timeout=60) as client:
+            while running.is_set():
+                asked = time.perf_counter()
+                client.get("/sweeps?limit=20").raise_for_status()
+                during.append(1000 * (time.perf_counter() - asked))
+                time.sleep(0.5)
+
+    poller = threading.Thread(target=poll_api, daemon=True)
+    poller.start()
     memory_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.perf_counter()
-    outcome = run_sweep(spec, settings, callbacks=(Training(),))
+    try:
+        outcome = run_sweep(spec, settings, callbacks=(Training(),))
+    except BaseException:
+        api.stop()
+        raise
+    finally:
+        running.clear()
+        poller.join()
     wall = time.perf_counter() - started
     memory_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     slots = min(len(training), os.cpu_count() or 1)
@@ -130,8 +156,6 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
                              state="succeeded", trials_total=len(points), epochs=1,
                              mlflow_experiment_id=outcome.experiment_id, mlflow_parent_run_id=outcome.parent_run_id),
                  points)
-    env = {**os.environ, "ACTSWEEP_HOME": str(home), "ACTSWEEP_DOWNLOAD": "false", "ACTSWEEP_DASHBOARD": "false"}
-    api = ApiServer(env, log=home / "api.log").start()
     try:
         with httpx.Client(base_url=api.url, timeout=60) as client:
             last = (len(points) - 1) // 100 * 100
@@ -146,7 +170,10 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
             "driver_peak_mb_above_start": round((memory_peak - memory_before) / 1024, 1),
             "driver_peak_mb": round(memory_peak / 1024, 1),
             "mlflow_write_s": round(writes.seconds, 1), "mlflow_write_calls": writes.calls,
-            "mlflow_read_s": round(read, 2), "report_s": round(report, 2), "rest_ms": rest}
+            "mlflow_read_s": round(read, 2), "report_s": round(report, 2), "rest_ms": rest,
+            "rest_during_sweep_ms": {"requests": len(during), "p50": round(statistics.median(during), 1),
+                                     "p99": round(sorted(during)[int(0.99 * (len(during) - 1))], 1),
+                                     "max": round(max(during), 1)} if during else {}}
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -202,7 +229,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"{row['trials']:5d} trials ({row['tune_trials']} Tune trials): wall {row['wall_s']:.0f} s, overhead "
               f"{row['overhead_per_trial_s']:.3f} s/trial, driver +{row['driver_peak_mb_above_start']:.0f} MB, MLflow "
               f"write {row['mlflow_write_s']:.1f} s / read {row['mlflow_read_s']:.1f} s, report {row['report_s']:.1f} s, "
-              f"REST " + ", ".join(f"{k} {v:.0f} ms" for k, v in row["rest_ms"].items()), flush=True)
+              f"REST " + ", ".join(f"{k} {v:.0f} ms" for k, v in row["rest_ms"].items())
+              + (f"; while it ran, the sweep list p50 {row['rest_during_sweep_ms']['p50']:.0f} ms, p99 "
+                 f"{row['rest_during_sweep_ms']['p99']:.0f} ms over {row['rest_during_sweep_ms']['requests']} requests"
+                 if row.get("rest_during_sweep_ms") else ""), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"mode": args.mode, "pack_size": args.pack_size, "cores": os.cpu_count(),

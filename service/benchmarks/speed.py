@@ -262,14 +262,17 @@ def variant_overrides(name: str, base: dict, trials: int, cores: int, pack_size:
 
 def main(argv: list[str] | None = None) -> dict:
     first = argparse.ArgumentParser(add_help=False)
-    first.add_argument("--workload", choices=[*WORKLOADS, "scale"], default="quick")
+    first.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping"], default="quick")
     chosen, rest = first.parse_known_args(argv)
     if chosen.workload == "scale":  # bookkeeping at 100-1,000 trials: its own options
         from service.benchmarks.scale import main as scale
         return {"rows": scale(rest)}
+    if chosen.workload == "bookkeeping":  # the MLflow logger alone, with a stand-in trainable
+        from service.benchmarks.bookkeeping import main as bookkeeping
+        return {"rows": bookkeeping(rest)}
     parser = argparse.ArgumentParser(prog="actsweep bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=[*WORKLOADS, "scale"], default="quick",
-                        help="quick, paper, or scale (`actsweep bench --workload scale --help`)")
+    parser.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping"], default="quick",
+                        help="quick, paper, scale or bookkeeping (`actsweep bench --workload scale --help`)")
     parser.add_argument("--variants", default=None,
                         help=f"comma list of {', '.join(VARIANTS)} (quick: plain,per_trial,fused; paper: all for the device)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

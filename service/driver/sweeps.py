@@ -336,7 +336,8 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     sweep = _Sweep(spec, settings, sweep_id, runs, exp_id, parent_run_id, [], on_reused, resume_parent_run_id is not None)
     dataset = DatasetRef(spec.dataset, splits.fingerprint(), splits.source, splits.sizes())
     mlflow_logger = MLflowTrialLogger(runs, exp_id, parent_run_id, sweep.sweep_tags,
-                                      resuming=resume_parent_run_id is not None, dataset=dataset)
+                                      resuming=resume_parent_run_id is not None, dataset=dataset,
+                                      flush_s=settings.metrics_flush_s)
     for callback in callbacks:  # callbacks that want each trial's MLflow run ids read them from the logger
         if hasattr(callback, "mlflow_logger"):
             callback.mlflow_logger = mlflow_logger

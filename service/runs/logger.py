@@ -1,9 +1,12 @@
 """MLflow logging of a sweep's trials: a Tune callback in the sweep's driver.
 
 Runs are written from the driver, so trial workers never need to reach the tracking store, the
-SQLite default has a single writer, and metrics go out in one ``log_batch`` call per run and epoch.
+SQLite default has a single writer, and metrics go out in batches: one ``log_batch`` call per run
+for all the epochs it reported since the last write (every ACTSWEEP_METRICS_FLUSH_S seconds).
 """
 from __future__ import annotations
+
+import time
 
 from ray import tune
 
@@ -35,20 +38,33 @@ def member_trial_id(trial, index: int) -> str:
 
 
 class MLflowTrialLogger(PicklableCallback):
-    """Creates each grid point's child run on start and logs its metrics after every epoch
-    (one ``log_batch`` per run and epoch). A fused pack's members get a run each."""
+    """Creates each grid point's child run on start and logs its metrics after every epoch. A fused
+    pack's members get a run each.
+
+    Epochs are written in batches: what the trials report is kept per run and sent every
+    ``flush_s`` seconds (and when a trial ends, and at the end of the sweep), each run's pending
+    epochs in one ``log_batch``. One write costs about as much for 50 epochs as for one (a SQLite
+    transaction, or an HTTP request), so a fast engine's epochs do not queue behind their writes
+    (docs/load.md). ``flush_s`` 0 writes every epoch as it comes."""
 
     # A driver that continues a dead one's sweep (restored by Tune, with this callback unpickled)
     # finds the runs its trials already have in one search of the sweep's runs, on the first
     # trial's start; a search per trial would cost more as the store grows.
-    transient = ("existing", "_outbox", "_now")
+    # (epochs not yet written are lost with a dead driver, as its outbox is: a continuing driver asks
+    # the store which epochs each run has, and the trials report their last epochs again)
+    transient = ("existing", "_outbox", "_now", "_epochs", "_params", "_flushed_at")
     existing: dict[str, tuple[str, dict[str, str]]] | None = None
     _outbox: Outbox | None = None
     _now: RunStore | None = None
+    _epochs: dict | None = None
+    _params: dict | None = None
+    _flushed_at = 0.0
 
     def __init__(self, runs: RunStore, experiment_id: str, parent_run_id: str, sweep_tags: dict[str, str],
-                 resuming: bool = False, dataset: DatasetRef | None = None):
+                 resuming: bool = False, dataset: DatasetRef | None = None, flush_s: float = 1.0):
         self.runs = runs
+        self.flush_s = flush_s
+        self._flushed_at = time.monotonic()
         self.dataset = dataset  # logged as each run's input (MLflow's Dataset column)
         if not resuming:  # a new sweep has no runs yet: nothing to look up (see `existing`)
             self.existing = {}
@@ -82,9 +98,11 @@ class MLflowTrialLogger(PicklableCallback):
         configs = members(trial.config)
         self.run_ids[trial.trial_id] = [self._existing_run(trial, i) for i in range(len(configs))]
         for i, cfg in enumerate(configs):
+            # its params go with its first epochs (one write); a continued run's again (the same values:
+            # MLflow keeps one), as the dead driver may have died before sending them
+            self.params[(trial.trial_id, i)] = mlflow_params(cfg)
             if self.run_ids[trial.trial_id][i] is None:
                 self.outbox.put(self._create_run, trial, i, cfg, len(configs))
-                self.outbox.put(self._send, "log_params", trial.trial_id, i, mlflow_params(cfg))
                 if self.dataset is not None:
                     self.outbox.put(self._send, "log_dataset", trial.trial_id, i, self.dataset)
 
@@ -109,7 +127,6 @@ class MLflowTrialLogger(PicklableCallback):
             tags.update({EXECUTION: "fused", PACK_ID: trial.trial_id, PACK_SIZE: str(pack_size)})
         if KEY_FIELD in cfg:  # service.runs.cache finds finished trials by it
             tags[TRIAL_KEY] = cfg[KEY_FIELD]
-        # (its params are the next write: a creation sent again after a failure never logs them twice)
         self.run_ids[trial.trial_id][index] = self.now.create_trial_run(self.experiment_id, self.parent_run_id, tags,
                                                                         GridPoint.of(cfg))
 
@@ -137,8 +154,40 @@ class MLflowTrialLogger(PicklableCallback):
             if metrics and values.get("step_mode"):  # (a string: a tag, not a metric)
                 member_tags[STEP_MODE] = values["step_mode"]
             if metrics or tags:  # (one timestamp, taken now: a write sent again later is the same write)
-                self.outbox.put(self._send, "log_epoch", trial.trial_id, index, step, metrics, {**tags, **member_tags},
-                                _now_ms())
+                self.epochs.setdefault((trial.trial_id, index), []).append(
+                    (step, metrics, {**tags, **member_tags}, _now_ms()))
+        if time.monotonic() - self._flushed_at >= self.flush_s:
+            self._write_epochs()
+
+    def on_step_end(self, iteration, trials, **info):  # (Tune's loop, between results: what waits is written)
+        if self.epochs and time.monotonic() - self._flushed_at >= self.flush_s:
+            self._write_epochs()
+
+    @property
+    def epochs(self) -> dict[tuple[str, int], list]:
+        """(Tune trial id, member) → the epochs reported and not yet written, in order."""
+        if self._epochs is None:
+            self._epochs = {}
+        return self._epochs
+
+    @property
+    def params(self) -> dict[tuple[str, int], dict[str, str]]:
+        """(Tune trial id, member) → the run's params, until they go out with its first write."""
+        if self._params is None:
+            self._params = {}
+        return self._params
+
+    def _write_epochs(self) -> None:
+        """Every run's pending epochs to the outbox, one write per run."""
+        for key in list(self.epochs):
+            self._write(key, self.epochs.pop(key))
+        self._flushed_at = time.monotonic()
+
+    def _write(self, key: tuple[str, int], epochs: list, sign_key: str | None = None) -> None:
+        """One write of a run: its pending epochs, its params if not sent yet, and its signature."""
+        params = self.params.pop(key, None)
+        if epochs or params or sign_key:
+            self.outbox.put(self._send, "log_run_batch", key[0], key[1], epochs, params, sign_key)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._end(trial, "FINISHED")
@@ -147,6 +196,7 @@ class MLflowTrialLogger(PicklableCallback):
         self._end(trial, "FAILED")
 
     def on_experiment_end(self, trials, **info):
+        self._write_epochs()
         for trial in trials:  # stopped by a cancel: what was logged stays, the run is marked KILLED
             self._end(trial, "KILLED")
         self.outbox.flush(wait=True)  # every epoch in MLflow before the sweep goes on (or ends)
@@ -154,7 +204,10 @@ class MLflowTrialLogger(PicklableCallback):
     def _end(self, trial, status: str):
         if trial.trial_id in self.run_ids and trial.trial_id not in self.ended:
             for index, cfg in enumerate(members(trial.config)):
+                key = (trial.trial_id, index)
+                # its last epochs, and, if the trial cache may reuse it, the store vouching for it, in
+                # one write before its end (a run is reused only once FINISHED: service.runs.cache)
+                sign_key = cfg[KEY_FIELD] if status == "FINISHED" and KEY_FIELD in cfg else None
+                self._write(key, self.epochs.pop(key, []), sign_key)
                 self.outbox.put(self._send, "end_run", trial.trial_id, index, status)
-                if status == "FINISHED" and KEY_FIELD in cfg:  # the trial cache may reuse it: vouch for it
-                    self.outbox.put(self._send, "sign", trial.trial_id, index, cfg[KEY_FIELD])
             self.ended.add(trial.trial_id)

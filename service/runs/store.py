@@ -324,6 +324,25 @@ class RunStore:
         self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()],
                               tags=[RunTag(k, v) for k, v in tags.items()])
 
+    def log_run_batch(self, run_id: str, epochs: list[tuple[int, dict[str, float], dict[str, str], int]],
+                      params: dict[str, str] | None = None, sign_key: str | None = None) -> None:
+        """Several epochs of one run, each (step, metrics, tags, timestamp_ms), with its params and
+        its signature (:meth:`sign`) if given, in as few calls as MLflow's ``log_batch`` takes (1,000
+        metrics, params and tags a call; a SQL store writes each call in one transaction): one for a
+        few dozen epochs. Sent again after a failure, a call writes the same rows (same timestamps,
+        same params)."""
+        tags = {}
+        for _, _, epoch_tags, _ in epochs:  # (a later epoch's value of a tag wins, as separate writes did)
+            tags.update(epoch_tags)
+        if sign_key is not None and self.cache_secret is not None:
+            tags[TRIAL_SIGNATURE] = self._signature(sign_key, run_id)
+        metrics = [Metric(k, float(v), now, step) for step, values, _, now in epochs for k, v in values.items()]
+        extras = [Param(k, v) for k, v in (params or {}).items()]
+        first = max(0, METRIC_BATCH - len(tags) - len(extras))
+        self.client.log_batch(run_id, metrics=metrics[:first], params=extras, tags=[RunTag(k, v) for k, v in tags.items()])
+        for start in range(first, len(metrics), METRIC_BATCH):
+            self.client.log_batch(run_id, metrics=metrics[start:start + METRIC_BATCH])
+
     def trial_runs(self, sweep_id: str) -> pd.DataFrame:
         """One row per trial run of the sweep: its grid point, seed, status and each metric's last value."""
         rows = []

@@ -90,3 +90,65 @@ def test_a_continuing_driver_finds_the_dead_ones_runs_in_one_search(sweep, how):
     for run_id, _ in after.values():
         history = runs.client.get_metric_history(run_id, "train_loss")
         assert sorted(m.step for m in history) == [1, 2]
+
+
+class WriteCountingStore(CountingStore):
+    """A real store that also counts MLflow's log_batch calls (its writes of metrics)."""
+
+    batches = 0
+
+    def __init__(self, uri: str):
+        super().__init__(uri)
+        client_log_batch = self.client.log_batch
+
+        def log_batch(*args, **kwargs):
+            type(self).batches += 1
+            return client_log_batch(*args, **kwargs)
+
+        self.client.log_batch = log_batch
+
+    def impatient(self):  # (the logger writes through its impatient twin: counted too)
+        return self
+
+
+@pytest.mark.parametrize("flush_s, writes_per_run", [(60.0, 1), (0.0, 5)])
+def test_epochs_go_out_in_one_write_per_run_when_batched(tmp_path, flush_s, writes_per_run):
+    runs = WriteCountingStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
+    parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
+    logger = MLflowTrialLogger(runs, exp, parent, {"sweep_id": SWEEP_ID}, flush_s=flush_s)
+    trials = _trials()
+    for trial in trials:
+        logger.on_trial_start(0, [], trial)
+    WriteCountingStore.batches = 0
+    for epoch in range(1, 6):
+        for trial in trials:
+            _epoch(logger, trial, epoch)
+            logger.on_step_end(epoch, trials)
+    if flush_s:  # nothing written yet: the epochs wait for the flush (or the trial's end)
+        assert WriteCountingStore.batches == 0
+        assert runs.client.get_metric_history(runs.trial_runs_by_trial_id(SWEEP_ID)["t0"][0], "train_loss") == []
+    for trial in trials:
+        logger.on_trial_complete(0, [], trial)
+    logger.on_experiment_end(trials)
+    assert WriteCountingStore.batches == 5 * writes_per_run  # 5 runs (3 alone, a pack of 2)
+    for trial_id, (run_id, tags) in runs.trial_runs_by_trial_id(SWEEP_ID).items():
+        history = runs.client.get_metric_history(run_id, "train_loss")
+        assert sorted(m.step for m in history) == [1, 2, 3, 4, 5], trial_id  # every epoch, once
+        assert tags.get("node_id") == "n1"
+    assert set(runs.trial_runs(SWEEP_ID)["status"]) == {"FINISHED"}
+
+
+def test_many_epochs_are_cut_at_mlflows_limit_of_a_call(tmp_path):
+    runs = WriteCountingStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
+    parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
+    (trial,) = _trials()[:1]
+    run_id = runs.create_trial_run(exp, parent, {"sweep_id": SWEEP_ID, "trial_id": "t0"}, GridPoint("gelu", 0.01, 0.0, 0))
+    WriteCountingStore.batches = 0
+    epochs = [(e, {f"m{k}": e + k for k in range(20)}, {"node_id": f"n{e}"}, 1000 + e) for e in range(1, 61)]
+    runs.log_run_batch(run_id, epochs)  # 1,200 metrics and a tag: two calls
+    assert WriteCountingStore.batches == 2
+    run = runs.client.get_run(run_id)
+    assert run.data.tags["node_id"] == "n60"  # the last epoch's value of a tag
+    assert [m.value for m in runs.client.get_metric_history(run_id, "m19")] == [e + 19.0 for e in range(1, 61)]
