@@ -40,10 +40,12 @@ LRS = [1e-3, 1e-4]  # with the activations, 8 grid points per seed
 
 def tiny_spec(trials: int, mode: str, pack_size: int) -> dict:
     """A sweep of ``trials`` one-epoch trials of a 1 × 16 MLP on the embedded digits."""
-    seeds = max(1, trials // (len(ACTIVATIONS) * len(LRS)))
+    lrs = LRS if trials <= len(ACTIVATIONS) * len(LRS) * 1000 else [  # (a spec holds at most 1,000 seeds)
+        round(10 ** (-3 - i / 4), 6) for i in range(-(-trials // (len(ACTIVATIONS) * 1000)))]
+    seeds = max(1, trials // (len(ACTIVATIONS) * len(lrs)))
     return {"name": "scale", "title": "orchestration at scale", "paper": "gelu", "section": "bench",
             "dataset": "digits", "val_size": 200, "model": {"kind": "mlp", "depth": 1, "width": 16},
-            "optimizer": "adam", "epochs": 1, "batch_size": 128, "activation": ACTIVATIONS, "lr": LRS,
+            "optimizer": "adam", "epochs": 1, "batch_size": 128, "activation": ACTIVATIONS, "lr": lrs,
             "dropout": [0.0], "seeds": seeds,
             "execution": {"mode": mode, "pack_size": pack_size, "rerun": True}}
 
@@ -137,8 +139,15 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
     runs = RunStore(settings.resolved_tracking_uri)
     started = time.perf_counter()
     frame = runs.trial_runs(outcome.sweep_id)
-    runs.histories(frame, ["train_loss", "val_error"])
+    histories = runs.histories(frame, ["train_loss", "val_error"])
     read = time.perf_counter() - started
+    # nothing lost or written twice: a run per grid point, each FINISHED with its one epoch once
+    losses = histories[histories["metric"] == "train_loss"]
+    integrity = {"runs": len(frame), "grid_points": len(spec.grid_points()),
+                 "duplicate_points": int(frame.duplicated(["activation", "lr", "dropout", "seed"]).sum()),
+                 "finished": int((frame["status"] == "FINISHED").sum()),
+                 "runs_with_every_epoch_once": int((losses.groupby("run_id")["epoch"].agg(
+                     lambda e: sorted(e) == list(range(1, spec.epochs + 1)))).sum())}
 
     started = time.perf_counter()
     results = sweep_results(settings.resolved_tracking_uri, outcome.sweep_id)
@@ -170,7 +179,7 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
             "driver_peak_mb_above_start": round((memory_peak - memory_before) / 1024, 1),
             "driver_peak_mb": round(memory_peak / 1024, 1),
             "mlflow_write_s": round(writes.seconds, 1), "mlflow_write_calls": writes.calls,
-            "mlflow_read_s": round(read, 2), "report_s": round(report, 2), "rest_ms": rest,
+            "mlflow_read_s": round(read, 2), "report_s": round(report, 2), "rest_ms": rest, **integrity,
             "rest_during_sweep_ms": {"requests": len(during), "p50": round(statistics.median(during), 1),
                                      "p99": round(sorted(during)[int(0.99 * (len(during) - 1))], 1),
                                      "max": round(max(during), 1)} if during else {}}
@@ -229,6 +238,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"{row['trials']:5d} trials ({row['tune_trials']} Tune trials): wall {row['wall_s']:.0f} s, overhead "
               f"{row['overhead_per_trial_s']:.3f} s/trial, driver +{row['driver_peak_mb_above_start']:.0f} MB, MLflow "
               f"write {row['mlflow_write_s']:.1f} s / read {row['mlflow_read_s']:.1f} s, report {row['report_s']:.1f} s, "
+              f"runs {row['runs']} of {row['grid_points']} grid points ({row['duplicate_points']} duplicated, "
+              f"{row['finished']} finished, {row['runs_with_every_epoch_once']} with every epoch once), "
               f"REST " + ", ".join(f"{k} {v:.0f} ms" for k, v in row["rest_ms"].items())
               + (f"; while it ran, the sweep list p50 {row['rest_during_sweep_ms']['p50']:.0f} ms, p99 "
                  f"{row['rest_during_sweep_ms']['p99']:.0f} ms over {row['rest_during_sweep_ms']['requests']} requests"
