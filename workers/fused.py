@@ -18,7 +18,7 @@ diverged and leaves the pack; the others continue unchanged (their slices never 
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Callable, Iterator
 
 import torch
@@ -521,8 +521,8 @@ class StackedPack:
         self.optimizer = StackedOptimizer(self.first, self.net, [c.lr for c in cfgs])
         self.members = list(range(len(cfgs)))
         self.compiled = CompiledStep(self.net, self.first.task) if self.first.compile else None
-        precision = lambda: forward_precision(self.first.dtype, device, cache=False)  # noqa: E731
-        self.graphed = graphs.GraphedStep(self, precision, graphs.refusal(self.first, device))
+        self.graphed = graphs.GraphedStep(self, partial(forward_precision, self.first.dtype, device, cache=False),
+                                          graphs.refusal(self.first, device))
 
     def place(self, arrays: list) -> list[Tensor]:
         """All of the data on the device, inputs as vectors (the pack's layers are matmuls)."""

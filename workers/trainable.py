@@ -13,7 +13,7 @@ from workers.checkpoints import load_state, save_state, state_path
 from workers.data import Splits
 from workers.fused import train_pack
 from workers.train import train_epochs
-from workers.trial import TrialConfig, is_pack, members
+from workers.trial import REPORTED_AGAIN, TrialConfig, is_pack, members
 
 
 def trial_device(gpus_per_trial: float) -> torch.device:
@@ -89,9 +89,9 @@ def _run_trial(config: dict, splits: Splits, device: torch.device) -> None:
     else:
         epochs = train_epochs(TrialConfig.from_config(members(config)[0]), splits, device,
                               resume=resume, on_state=state.update)
-    # The last two epochs saved before an interruption may not have reached the driver's MLflow
-    # logger (the last may not have been reported at all): they are reported again (the logger
-    # skips the epochs a run already has).
+    # The last REPORTED_AGAIN epochs saved before an interruption may not have reached MLflow (the
+    # driver's logger writes in batches of fewer; the last may not have been reported at all): they
+    # are reported again (the logger skips the epochs a run already has).
     reported = list(resume.get("reported", [])) if resume else []
     for result in reported:
         tune.report(result)
@@ -102,7 +102,7 @@ def _run_trial(config: dict, splits: Splits, device: torch.device) -> None:
         # Saved before it is reported, so every epoch the driver (and MLflow) has seen is in the
         # state a retry resumes from: a retry never trains again an epoch that was logged.
         if path and state.get("epoch") == result["epoch"]:  # (not after a diverged trial's last epoch)
-            reported = [*reported[-1:], result]
+            reported = [*reported[-(REPORTED_AGAIN - 1):], result]
             save_state(path, {**state, "reported": reported})
         tune.report(result)
     if resumed_from and reported:  # resumed with nothing left to train: it had finished before the

@@ -23,6 +23,10 @@ from typing import Any
 from workers.activation_defs import ActivationDef, parse_name
 
 POINT_FIELDS = ("activation", "lr", "dropout", "seed")
+# A resumed trial reports its last REPORTED_AGAIN epochs again (workers.trainable): the driver's
+# MLflow logger keeps at most REPORTED_AGAIN - 1 of a run's epochs unwritten (service.runs.logger),
+# so no epoch that a dead driver held is lost.
+REPORTED_AGAIN = 8
 KEY_FIELD = "cache_key"  # a grid point's trial-cache key, beside it in a Tune config
 # fields of a Tune config that place or label a trial without changing what it computes
 # settings that place or label a trial without changing its numbers (CUDA graphs replay the eager

@@ -13,7 +13,7 @@ from ray import tune
 from service.patience import Outbox
 from service.runs.store import (DIVERGED, EXECUTION, GPUS, NODE_ID, NODE_IDS, PACK_ID, PACK_SIZE, PHASE, RESUMED_FROM_EPOCH,
                                 STEP_MODE, SWEEP_ID, TRIAL_ID, TRIAL_KEY, DatasetRef, RunStore, RunsUnavailable, _now_ms)
-from workers.trial import KEY_FIELD, GridPoint, is_pack, member_results, members, mlflow_params
+from workers.trial import KEY_FIELD, REPORTED_AGAIN, GridPoint, is_pack, member_results, members, mlflow_params
 
 # What Tune adds to every result; everything else numeric that a trial reports is a metric.
 TUNE_KEYS = frozenset({"epoch", "timestamp", "training_iteration", "time_this_iter_s", "time_total_s", "pid",
@@ -42,8 +42,9 @@ class MLflowTrialLogger(PicklableCallback):
     pack's members get a run each.
 
     Epochs are written in batches: what the trials report is kept per run and sent every
-    ``flush_s`` seconds (and when a trial ends, and at the end of the sweep), each run's pending
-    epochs in one ``log_batch``. One write costs about as much for 50 epochs as for one (a SQLite
+    ``flush_s`` seconds, when a run has REPORTED_AGAIN - 1 epochs waiting (what a trial resumed
+    after its driver died reports again: workers.checkpoints), when a trial ends, and at the end of
+    the sweep, each run's pending epochs in one ``log_batch``. One write costs about as much for 50 epochs as for one (a SQLite
     transaction, or an HTTP request), so a fast engine's epochs do not queue behind their writes
     (docs/load.md). ``flush_s`` 0 writes every epoch as it comes."""
 
@@ -154,8 +155,10 @@ class MLflowTrialLogger(PicklableCallback):
             if metrics and values.get("step_mode"):  # (a string: a tag, not a metric)
                 member_tags[STEP_MODE] = values["step_mode"]
             if metrics or tags:  # (one timestamp, taken now: a write sent again later is the same write)
-                self.epochs.setdefault((trial.trial_id, index), []).append(
-                    (step, metrics, {**tags, **member_tags}, _now_ms()))
+                pending = self.epochs.setdefault((trial.trial_id, index), [])
+                pending.append((step, metrics, {**tags, **member_tags}, _now_ms()))
+                if len(pending) >= REPORTED_AGAIN - 1:  # (what a resumed trial reports again covers what waits)
+                    self._write((trial.trial_id, index), self.epochs.pop((trial.trial_id, index)))
         if time.monotonic() - self._flushed_at >= self.flush_s:
             self._write_epochs()
 

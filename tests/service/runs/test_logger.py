@@ -152,3 +152,24 @@ def test_many_epochs_are_cut_at_mlflows_limit_of_a_call(tmp_path):
     run = runs.client.get_run(run_id)
     assert run.data.tags["node_id"] == "n60"  # the last epoch's value of a tag
     assert [m.value for m in runs.client.get_metric_history(run_id, "m19")] == [e + 19.0 for e in range(1, 61)]
+
+
+def test_a_run_never_holds_more_unwritten_epochs_than_a_resumed_trial_reports_again(tmp_path):
+    """A dead driver loses what it had not written; a resumed trial reports its last REPORTED_AGAIN
+    epochs again, so the logger writes a run's epochs before REPORTED_AGAIN of them wait."""
+    from workers.trial import REPORTED_AGAIN
+
+    runs = WriteCountingStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
+    parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
+    logger = MLflowTrialLogger(runs, exp, parent, {"sweep_id": SWEEP_ID}, flush_s=3600.0)
+    (trial,) = _trials()[:1]
+    logger.on_trial_start(0, [trial], trial)
+    WriteCountingStore.batches = 0
+    for epoch in range(1, 3 * REPORTED_AGAIN):
+        _epoch(logger, trial, epoch)
+        assert len(logger.epochs.get((trial.trial_id, 0), [])) < REPORTED_AGAIN - 1
+    run_id = runs.trial_runs_by_trial_id(SWEEP_ID)["t0"][0]
+    written = sorted(m.step for m in runs.client.get_metric_history(run_id, "train_loss"))
+    assert written == list(range(1, len(written) + 1)) and len(written) >= 3 * REPORTED_AGAIN - REPORTED_AGAIN
+    assert WriteCountingStore.batches == 3  # every REPORTED_AGAIN - 1 epochs, not one write per epoch
