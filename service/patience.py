@@ -21,7 +21,10 @@ logger = logging.getLogger("actsweep.patience")
 # what a store away says (a server stopped, a network cut); a full disk or a bad query is no outage
 _OUTAGE_SIGNS = ("could not connect", "connection refused", "connection reset", "server closed the connection",
                  "terminating connection", "connection timed out", "timeout expired", "database is locked",
-                 "unable to open database", "connection is closed", "ssl syscall error", "no connection to the server")
+                 "unable to open database", "connection is closed", "ssl syscall error", "no connection to the server",
+                 # PostgreSQL coming back after a crash: it answers, but not yet (psycopg 3's words)
+                 "the database system is not yet accepting connections", "the database system is starting up",
+                 "the database system is in recovery mode")
 
 
 # what a store that answers but cannot write says: waiting will not help

@@ -58,3 +58,12 @@ def test_patiently_retries_until_the_store_answers():
     store = FlakyStore(away_for_s=1.0)
     patiently(store.write, is_outage, 30, "x")
     assert store.received == ["x"] and 1 < store.calls < 6
+
+
+def test_a_postgresql_still_starting_is_an_outage_to_wait_out():
+    """Seen in a fresh-clone run: the sweep database restarted after a kill answered before it took
+    connections, and the driver gave up instead of waiting."""
+    said = ('(psycopg.OperationalError) connection failed: connection to server at "127.0.0.1", port 33413 '
+            "failed: FATAL:  the database system is not yet accepting connections")
+    assert is_outage(RuntimeError(said))
+    assert is_outage(RuntimeError("FATAL:  the database system is starting up"))
