@@ -320,9 +320,7 @@ class RunStore:
     def log_epoch(self, run_id: str, step: int, metrics: dict[str, float], tags: dict[str, str],
                   timestamp_ms: int | None = None) -> None:
         """One epoch's metrics (and tags) in one call, stamped ``timestamp_ms`` (default: now)."""
-        now = timestamp_ms or _now_ms()
-        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()],
-                              tags=[RunTag(k, v) for k, v in tags.items()])
+        self.log_run_batch(run_id, [(step, metrics, tags, timestamp_ms or _now_ms())])
 
     def log_run_batch(self, run_id: str, epochs: list[tuple[int, dict[str, float], dict[str, str], int]],
                       params: dict[str, str] | None = None, sign_key: str | None = None) -> None:
