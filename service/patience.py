@@ -9,8 +9,9 @@ is logged, in order. The API is not patient: a request answers 503 at once.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections import deque
+from collections import Counter, deque
 
 from tenacity import (Retrying, before_sleep_log, retry_if_exception, retry_if_result, stop_after_delay, wait_exponential,
                       wait_fixed)
@@ -63,43 +64,84 @@ def patiently(call, retry_on, patience_s: float, *args, **kwargs):
 
 
 class Outbox:
-    """Writes to a store, sent in order; while the store is away they wait here and are sent again
-    with backoff, so that the caller (the Tune loop of a sweep's driver) never waits on them and
-    the trials keep training. ``flush(wait=True)`` (at the end of a sweep) waits until all are sent.
-    An outage longer than ``patience_s``, or an error that is no outage, is raised."""
+    """Writes to a store, sent in order by one writer thread, so that the caller (the Tune loop of
+    a sweep's driver) never waits on them and the trials keep training. While the store is away they
+    wait here and are sent again with backoff. ``flush(wait=True)`` (at the end of a sweep) waits
+    until all are sent. An outage longer than ``patience_s``, or an error that is no outage, stops
+    the writer; the caller's next call raises it, and what was not sent stays in ``pending``.
+
+    A write may carry a ``key`` and a ``weight`` (a run, and the epochs in the write): ``unsent(key)``
+    is the weight not yet sent, and ``wait_for(key)`` lets a caller that must bound it wait for the
+    writer (docs/load.md)."""
 
     def __init__(self, is_away, patience_s: float, max_delay_s: float = 15.0):
         self.is_away, self.patience_s, self.max_delay_s = is_away, patience_s, max_delay_s
-        self.pending: deque = deque()
+        self.pending: deque = deque()  # (send, args, key, weight); the first is the one being sent
         self.away_since: float | None = None
-        self.retry_at, self.delay = 0.0, 0.5
+        self._unsent: Counter = Counter()
+        self._error: BaseException | None = None
+        self._changed = threading.Condition()
+        self._writer: threading.Thread | None = None
 
-    def put(self, send, *args) -> None:
-        self.pending.append((send, args))
-        self.flush()
+    def put(self, send, *args, key=None, weight: int = 0) -> None:
+        with self._changed:
+            self._raise()
+            self.pending.append((send, args, key, weight))
+            self._unsent[key] += weight
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write, name="actsweep-outbox", daemon=True)
+                self._writer.start()
+            self._changed.notify_all()
+
+    def unsent(self, key) -> int:
+        """The weight of ``key``'s writes not sent yet."""
+        return self._unsent[key]
+
+    def wait_for(self, key) -> None:
+        """Waits until every write of ``key`` is sent; while the store is away, returns at once."""
+        with self._changed:
+            while self._unsent[key] and self.away_since is None and self._error is None:
+                self._changed.wait()
+            self._raise()
 
     def flush(self, wait: bool = False) -> None:
-        while self.pending:
-            now = time.monotonic()
-            if now < self.retry_at:
-                if not wait:
-                    return
-                time.sleep(self.retry_at - now)
-            send, args = self.pending[0]
+        """Raises what stopped the writer; with ``wait``, first waits until every write is sent."""
+        with self._changed:
+            while wait and self.pending and self._error is None:
+                self._changed.wait()
+            self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _write(self) -> None:
+        delay = 0.5
+        while True:
+            with self._changed:
+                while not self.pending:
+                    self._changed.wait()
+                send, args, key, weight = self.pending[0]
             try:
                 send(*args)
             except Exception as exc:
-                if not self.is_away(exc):
-                    raise
                 now = time.monotonic()
-                if self.away_since is None:
-                    self.away_since = now
-                    logger.warning("%s: keeping %d write(s) until it answers", exc, len(self.pending))
-                if now - self.away_since > self.patience_s:
-                    raise
-                self.retry_at, self.delay = now + self.delay, min(2 * self.delay, self.max_delay_s)
+                with self._changed:
+                    if self.is_away(exc) and self.away_since is None:
+                        self.away_since = now
+                        logger.warning("%s: keeping %d write(s) until it answers", exc, len(self.pending))
+                    if not self.is_away(exc) or now - self.away_since > self.patience_s:
+                        self._error = exc
+                    self._changed.notify_all()
+                    if self._error is not None:
+                        return
+                time.sleep(delay)
+                delay = min(2 * delay, self.max_delay_s)
                 continue
-            self.pending.popleft()
-            if self.away_since is not None:
-                logger.warning("the store answers again after %.0f s", time.monotonic() - self.away_since)
-            self.away_since, self.retry_at, self.delay = None, 0.0, 0.5
+            with self._changed:
+                self.pending.popleft()
+                self._unsent[key] -= weight
+                if self.away_since is not None:
+                    logger.warning("the store answers again after %.0f s", time.monotonic() - self.away_since)
+                self.away_since, delay = None, 0.5
+                self._changed.notify_all()

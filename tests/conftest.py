@@ -1,5 +1,6 @@
 import os
 import shutil
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -80,7 +81,10 @@ def new_home(home: Path) -> Path:
         RunStore(f"sqlite:///{template}").ping()  # (the first call creates and migrates the schema)
         _MIGRATED_STORE.append(template)
     home.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_MIGRATED_STORE[0], home / "mlflow.db")
+    # (SQLite's backup, not a file copy: the store runs in WAL mode, and a page may still be in the log)
+    source, target = sqlite3.connect(_MIGRATED_STORE[0]), sqlite3.connect(home / "mlflow.db")
+    source.backup(target)
+    source.close(), target.close()
     return home
 
 

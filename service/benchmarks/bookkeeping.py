@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import tempfile
 import time
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Iterator
+from unittest.mock import patch
 
 METRICS = ("train_loss", "train_loss_eval", "train_error_eval", "val_loss", "val_error", "test_loss", "test_error",
            "best_val_epoch", "val_loss_at_best_val", "val_error_at_best_val", "test_loss_at_best_val",
@@ -59,12 +61,15 @@ def measure(trials: int, epochs: int, pack_size: int, flush_s: float, tracking_u
     for pack in packs:
         logger.on_trial_start(0, packs, pack)
     calls["n"] = 0
-    for epoch in range(1, epochs + 1):
+    loop_s = 0.0  # the time Tune's loop spent in the logger: what the trials wait for (Tune's function
+    for epoch in range(1, epochs + 1):  # trainables wait, after each report, until the loop takes it)
         for pack in packs:  # a pack's report: every member's epoch
             members = {str(i): {"epoch": epoch, **{m: 1.0 / (epoch + i + k) for k, m in enumerate(METRICS)}}
                        for i in range(len(pack.config["point"]["pack"]))}
+            entered = time.perf_counter()
             logger.on_trial_result(epoch, packs, pack, {"members": members, "node_id": "node0"})
             logger.on_step_end(epoch, packs)
+            loop_s += time.perf_counter() - entered
     for pack in packs:
         logger.on_trial_complete(epochs, packs, pack)
     logger.on_experiment_end(packs)
@@ -72,6 +77,7 @@ def measure(trials: int, epochs: int, pack_size: int, flush_s: float, tracking_u
     table = runs.trial_runs(sweep_id)
     return {"flush_s": flush_s, "trials": trials, "epochs": epochs, "pack_size": pack_size, "wall_s": round(wall, 2),
             "trial_epochs_per_s": round(trials * epochs / wall, 1), "epoch_write_calls": calls["n"],
+            "tune_loop_s_in_logger": round(loop_s, 2),
             "runs_finished": int((table["status"] == "FINISHED").sum()),
             "sampled_runs_with_every_epoch_once": _every_epoch_once(runs, table, epochs),
             "driver_peak_mb_above_start": round((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - memory_before) / 1024, 1)}
@@ -92,8 +98,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--pack-size", type=int, default=50)
     parser.add_argument("--flush-s", default="0,1", help="comma list: seconds between a run's writes (0: every epoch)")
     parser.add_argument("--stores", default="sqlite",
-                        help="comma list of sqlite (a fresh file) and http-postgres (a fresh PostgreSQL behind "
-                             "`mlflow server`, over HTTP), each with every --flush-s value")
+                        help="comma list of sqlite (a fresh file, in WAL mode), sqlite-rollback (the same with "
+                             "SQLite's rollback journal: ACTSWEEP_SQLITE_WAL=false) and http-postgres (a fresh "
+                             "PostgreSQL behind `mlflow server`, over HTTP), each with every --flush-s value")
     parser.add_argument("--out", default=None, help="a JSON file for the rows")
     args = parser.parse_args(argv)
     rows = []
@@ -105,7 +112,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"{store}, flush every {flush_s:g} s: {row['trials']} trials × {row['epochs']} epochs in {row['wall_s']:.1f} s, "
               f"{row['trial_epochs_per_s']:.0f} trial-epochs/s, {row['epoch_write_calls']} metric writes, "
                   f"{row['runs_finished']} runs finished, every epoch once in {row['sampled_runs_with_every_epoch_once']} "
-                  f"sampled runs, driver +{row['driver_peak_mb_above_start']:.0f} MB", flush=True)
+                  f"sampled runs, Tune's loop {row['tune_loop_s_in_logger']:.1f} s in the logger, "
+                  f"driver +{row['driver_peak_mb_above_start']:.0f} MB", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({"workload": {"trials": args.trials, "epochs": args.epochs,
                                                            "pack_size": args.pack_size, "metrics_per_epoch": len(METRICS)},
@@ -119,14 +127,15 @@ def _fresh_store(store: str) -> Iterator[str]:
     from service.local_servers import mlflow_server, postgres_server
 
     with tempfile.TemporaryDirectory() as folder:
-        if store == "sqlite":
-            yield f"sqlite:///{Path(folder) / 'mlflow.db'}"
+        if store in ("sqlite", "sqlite-rollback"):  # (WAL, the default; or SQLite's rollback journal)
+            with patch.dict(os.environ, {"ACTSWEEP_SQLITE_WAL": str(store == "sqlite").lower()}):
+                yield f"sqlite:///{Path(folder) / 'mlflow.db'}"
         elif store == "http-postgres":
             with postgres_server(("mlflow",)) as urls, \
                     mlflow_server(urls["mlflow"], Path(folder) / "artifacts", Path(folder) / "mlflow.log") as url:
                 yield url
         else:
-            raise SystemExit(f"--stores: unknown {store!r}; accepted: sqlite, http-postgres")
+            raise SystemExit(f"--stores: unknown {store!r}; accepted: sqlite, sqlite-rollback, http-postgres")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 Runs are written from the driver, so trial workers never need to reach the tracking store, the
 SQLite default has a single writer, and metrics go out in batches: one ``log_batch`` call per run
-for all the epochs it reported since the last write (every ACTSWEEP_METRICS_FLUSH_S seconds).
+for all the epochs it reported since the last write (every ACTSWEEP_METRICS_FLUSH_S seconds). The
+writes are sent by the outbox's writer thread, off Tune's loop: a trial's next epoch does not wait
+for its last one's write (Tune's function trainables wait, after each report, until the loop has
+taken it).
 """
 from __future__ import annotations
 
@@ -155,10 +158,17 @@ class MLflowTrialLogger(PicklableCallback):
             if metrics and values.get("step_mode"):  # (a string: a tag, not a metric)
                 member_tags[STEP_MODE] = values["step_mode"]
             if metrics or tags:  # (one timestamp, taken now: a write sent again later is the same write)
-                pending = self.epochs.setdefault((trial.trial_id, index), [])
+                key = (trial.trial_id, index)
+                pending = self.epochs.setdefault(key, [])
+                # What a resumed trial reports again must cover what a dead driver had not written:
+                # fewer than REPORTED_AGAIN epochs of a run wait, here and in the outbox. Where the
+                # writer lags that far behind a run, its trial waits for it (a store slower than the
+                # training); while the store is away it does not.
+                if len(pending) + self.outbox.unsent(key) >= REPORTED_AGAIN - 1:
+                    self.outbox.wait_for(key)
                 pending.append((step, metrics, {**tags, **member_tags}, _now_ms()))
-                if len(pending) >= REPORTED_AGAIN - 1:  # (what a resumed trial reports again covers what waits)
-                    self._write((trial.trial_id, index), self.epochs.pop((trial.trial_id, index)))
+                if len(pending) + self.outbox.unsent(key) >= REPORTED_AGAIN - 1:
+                    self._write(key, self.epochs.pop(key))
         if time.monotonic() - self._flushed_at >= self.flush_s:
             self._write_epochs()
 
@@ -190,7 +200,8 @@ class MLflowTrialLogger(PicklableCallback):
         """One write of a run: its pending epochs, its params if not sent yet, and its signature."""
         params = self.params.pop(key, None)
         if epochs or params or sign_key:
-            self.outbox.put(self._send, "log_run_batch", key[0], key[1], epochs, params, sign_key)
+            self.outbox.put(self._send, "log_run_batch", key[0], key[1], epochs, params, sign_key,
+                            key=key, weight=len(epochs))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._end(trial, "FINISHED")

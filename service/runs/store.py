@@ -14,6 +14,7 @@ import hmac
 import json
 import os
 import re
+import sqlite3
 import tempfile
 import time
 from dataclasses import dataclass
@@ -25,10 +26,12 @@ import requests
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
 from service.patience import cannot_write, is_outage, patiently
-from service.settings import mask_secrets
+from service.settings import get_settings, mask_secrets
 from workers.trial import GridPoint
 
 # -- tag names ----------------------------------------------------------------------------------------
@@ -181,6 +184,34 @@ def _quoted(value: str) -> str:
     return f"'{value}'"
 
 
+# A SQLite store runs in WAL mode with synchronous=NORMAL: a commit appends to the log without an
+# fsync (MLflow commits several times per write, and the fsyncs were half a write's cost: docs/load.md),
+# and readers (the API, the UI) do not block the driver's writes. A crashed process loses nothing;
+# a power cut may lose the last commits. The files of RunStores are registered here.
+_WAL_FILES: set[str] = set()
+
+
+def _sqlite_wal(dbapi_connection, _record) -> None:
+    if not isinstance(dbapi_connection, sqlite3.Connection):
+        return
+    cursor = dbapi_connection.cursor()
+    try:
+        if {row[2] for row in cursor.execute("PRAGMA database_list")} & _WAL_FILES:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.OperationalError:  # (another connection holds a lock: this one keeps the file's mode)
+        pass
+    finally:
+        cursor.close()
+
+
+def _register_wal(tracking_uri: str) -> None:
+    if tracking_uri.startswith("sqlite:///") and get_settings().sqlite_wal:
+        _WAL_FILES.add(str(Path(tracking_uri[len("sqlite:///"):]).resolve()))
+        if not event.contains(Engine, "connect", _sqlite_wal):
+            event.listen(Engine, "connect", _sqlite_wal)
+
+
 class RunStore:
     """Sweeps and trial runs in the MLflow store at ``tracking_uri``. With ``cache_secret``, the
     trial cache signs the finished runs it may reuse and reuses no other (see :meth:`sign`)."""
@@ -199,6 +230,7 @@ class RunStore:
 
     @cached_property
     def client(self) -> MlflowClient:
+        _register_wal(self.tracking_uri)
         return _Guarded(MlflowClient(self.tracking_uri), self.patience_s)
 
     @property

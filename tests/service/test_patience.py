@@ -43,13 +43,18 @@ def test_an_outage_longer_than_the_patience_is_raised():
     assert store.received == [] and len(outbox.pending) == 1  # kept, not dropped
 
 
-def test_an_error_that_is_no_outage_is_raised_at_once():
+def test_an_error_that_is_no_outage_stops_the_writer_and_the_next_call_raises_it():
     def full(_):
         raise OSError("database or disk is full")
 
+    store = FlakyStore(away_for_s=0)
     outbox = Outbox(is_outage, patience_s=30)
+    outbox.put(full, 1)
     with pytest.raises(OSError, match="disk is full"):
-        outbox.put(full, 1)
+        outbox.flush(wait=True)
+    with pytest.raises(OSError, match="disk is full"):  # every later call, and nothing more is sent
+        outbox.put(store.write, 2)
+    assert store.received == [] and len(outbox.pending) == 1
     with pytest.raises(OSError, match="disk is full"):
         patiently(full, is_outage, 30, 1)
 
@@ -67,3 +72,24 @@ def test_a_postgresql_still_starting_is_an_outage_to_wait_out():
             "failed: FATAL:  the database system is not yet accepting connections")
     assert is_outage(RuntimeError(said))
     assert is_outage(RuntimeError("FATAL:  the database system is starting up"))
+
+
+def test_a_caller_waits_for_the_writer_only_while_the_store_answers():
+    """``wait_for(key)``: while the store is away it returns at once (the trials go on training);
+    once the store answers it returns when the key's writes are sent."""
+    store = FlakyStore(away_for_s=1.0)
+    outbox = Outbox(is_outage, patience_s=30)
+    outbox.put(store.write, "a", key="run", weight=3)
+    started = time.monotonic()
+    outbox.wait_for("run")
+    assert time.monotonic() - started < 0.5 and outbox.unsent("run") == 3 and store.received == []
+    outbox.flush(wait=True)
+
+    def slow(value):  # a store that answers, slowly
+        time.sleep(0.3)
+        store.received.append(value)
+
+    started = time.monotonic()
+    outbox.put(slow, "b", key="run", weight=1)
+    outbox.wait_for("run")
+    assert time.monotonic() - started >= 0.3 and outbox.unsent("run") == 0 and store.received == ["a", "b"]

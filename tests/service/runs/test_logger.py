@@ -4,6 +4,7 @@ the runs already there instead of opening new ones (searching the store once, no
 from __future__ import annotations
 
 import pickle
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -54,10 +55,12 @@ def _epoch(logger, trial, epoch: int):
 def test_a_new_sweep_writes_a_run_per_member_without_searching_the_store(sweep):
     runs, exp, parent = sweep
     logger = MLflowTrialLogger(runs, exp, parent, {"sweep_id": SWEEP_ID})
-    for trial in _trials():
+    trials = _trials()
+    for trial in trials:
         logger.on_trial_start(0, [], trial)
         _epoch(logger, trial, 1)
         logger.on_trial_complete(0, [], trial)
+    logger.on_experiment_end(trials)  # (Tune's end of the sweep: the writer thread has sent everything)
     assert CountingStore.searches == 0
     table = runs.trial_runs(SWEEP_ID)
     assert len(table) == 5 and set(table["status"]) == {"FINISHED"}
@@ -73,6 +76,7 @@ def test_a_continuing_driver_finds_the_dead_ones_runs_in_one_search(sweep, how):
     for trial in trials[2:]:  # the dead driver had started t2 and the pack, and logged an epoch
         dead.on_trial_start(0, [], trial)
         _epoch(dead, trial, 1)
+    dead.outbox.flush(wait=True)  # (what it had sent before it died)
     before = runs.trial_runs_by_trial_id(SWEEP_ID)
     CountingStore.searches = 0
 
@@ -83,6 +87,7 @@ def test_a_continuing_driver_finds_the_dead_ones_runs_in_one_search(sweep, how):
         _epoch(logger, trial, 1)  # epoch 1 again: not logged twice
         _epoch(logger, trial, 2)
         logger.on_trial_complete(0, [], trial)
+    logger.on_experiment_end(trials)
     assert CountingStore.searches == 1
     after = runs.trial_runs_by_trial_id(SWEEP_ID)
     assert len(runs.trial_runs(SWEEP_ID)) == 5  # a run per member, none opened twice
@@ -126,6 +131,7 @@ def test_epochs_go_out_in_one_write_per_run_when_batched(tmp_path, flush_s, writ
             _epoch(logger, trial, epoch)
             logger.on_step_end(epoch, trials)
     if flush_s:  # nothing written yet: the epochs wait for the flush (or the trial's end)
+        logger.outbox.flush(wait=True)  # (the runs' creation, sent by the writer thread)
         assert WriteCountingStore.batches == 0
         assert runs.client.get_metric_history(runs.trial_runs_by_trial_id(SWEEP_ID)["t0"][0], "train_loss") == []
     for trial in trials:
@@ -154,22 +160,62 @@ def test_many_epochs_are_cut_at_mlflows_limit_of_a_call(tmp_path):
     assert [m.value for m in runs.client.get_metric_history(run_id, "m19")] == [e + 19.0 for e in range(1, 61)]
 
 
-def test_a_run_never_holds_more_unwritten_epochs_than_a_resumed_trial_reports_again(tmp_path):
+class SlowStore(WriteCountingStore):
+    """A real store whose writes of epochs take ``delay_s`` longer (a slowness injected on purpose:
+    a store slower than the training)."""
+
+    delay_s = 0.3
+
+    def log_run_batch(self, *args, **kwargs):
+        time.sleep(self.delay_s)
+        return super().log_run_batch(*args, **kwargs)
+
+
+@pytest.mark.parametrize("store", [WriteCountingStore, SlowStore])
+def test_a_run_never_holds_more_unwritten_epochs_than_a_resumed_trial_reports_again(tmp_path, store):
     """A dead driver loses what it had not written; a resumed trial reports its last REPORTED_AGAIN
-    epochs again, so the logger writes a run's epochs before REPORTED_AGAIN of them wait."""
+    epochs again, so fewer than REPORTED_AGAIN of a run's epochs wait, in the logger and in its
+    outbox, even where the store is slower than the trial (then the trial waits for the writer)."""
     from workers.trial import REPORTED_AGAIN
 
-    runs = WriteCountingStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = store(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
     parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
     logger = MLflowTrialLogger(runs, exp, parent, {"sweep_id": SWEEP_ID}, flush_s=3600.0)
     (trial,) = _trials()[:1]
     logger.on_trial_start(0, [trial], trial)
-    WriteCountingStore.batches = 0
+    store.batches = 0
+    key = (trial.trial_id, 0)
     for epoch in range(1, 3 * REPORTED_AGAIN):
         _epoch(logger, trial, epoch)
-        assert len(logger.epochs.get((trial.trial_id, 0), [])) < REPORTED_AGAIN - 1
+        assert len(logger.epochs.get(key, [])) + logger.outbox.unsent(key) <= REPORTED_AGAIN - 1
+    logger.outbox.flush(wait=True)
     run_id = runs.trial_runs_by_trial_id(SWEEP_ID)["t0"][0]
     written = sorted(m.step for m in runs.client.get_metric_history(run_id, "train_loss"))
     assert written == list(range(1, len(written) + 1)) and len(written) >= 3 * REPORTED_AGAIN - REPORTED_AGAIN
-    assert WriteCountingStore.batches == 3  # every REPORTED_AGAIN - 1 epochs, not one write per epoch
+    assert store.batches == 3  # every REPORTED_AGAIN - 1 epochs, not one write per epoch
+
+
+def test_the_tune_loop_does_not_wait_on_a_slow_store(tmp_path):
+    """The writes go out from the outbox's writer thread: reporting an epoch of five runs to a store
+    that takes 0.3 s a write returns at once, and every epoch arrives, in order, by the end."""
+    runs = SlowStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
+    parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
+    logger = MLflowTrialLogger(runs, exp, parent, {"sweep_id": SWEEP_ID}, flush_s=0.0)  # a write per epoch
+    trials = _trials()
+    for trial in trials:
+        logger.on_trial_start(0, [], trial)
+    started = time.monotonic()
+    for epoch in (1, 2):
+        for trial in trials:
+            _epoch(logger, trial, epoch)
+    assert time.monotonic() - started < SlowStore.delay_s  # 10 writes queued, none waited on
+    assert logger.outbox.unsent(("t0", 0)) >= 1
+    for trial in trials:
+        logger.on_trial_complete(0, [], trial)
+    logger.on_experiment_end(trials)
+    for trial_id, (run_id, _tags) in runs.trial_runs_by_trial_id(SWEEP_ID).items():
+        history = runs.client.get_metric_history(run_id, "train_loss")
+        assert sorted(m.step for m in history) == [1, 2], trial_id
+    assert set(runs.trial_runs(SWEEP_ID)["status"]) == {"FINISHED"}

@@ -159,3 +159,22 @@ def test_a_server_that_dies_mid_answer_is_an_outage_not_a_failure(monkeypatch):
     finally:
         listener.close()
     assert answered  # the request reached the server, which died mid-answer
+
+
+@pytest.mark.parametrize("wal, journal, synchronous", [("true", "wal", 1), ("false", "delete", 2)])
+def test_a_sqlite_store_writes_without_an_fsync_per_commit_unless_told_not_to(tmp_path, monkeypatch, wal, journal,
+                                                                                 synchronous):
+    """ACTSWEEP_SQLITE_WAL (default true): WAL mode with synchronous=NORMAL (1), else SQLite's
+    rollback journal with synchronous=FULL (2). Either way the runs read back."""
+    import sqlite3
+
+    monkeypatch.setenv("ACTSWEEP_SQLITE_WAL", wal)
+    path = tmp_path / f"wal-{wal}" / "mlflow.db"
+    runs = RunStore(f"sqlite:///{path}", SECRET)
+    exp, parent = _sweep(runs, tmp_path, f"wal-{wal}")
+    _trial(runs, exp, parent, f"wal-{wal}", GridPoint("gelu", 0.01, 0.0, 0), "k0")
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == journal
+    engine = runs.client._client._tracking_client.store.engine
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == synchronous
+    assert len(runs.trial_runs(f"wal-{wal}")) == 1
