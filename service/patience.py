@@ -8,6 +8,7 @@ is logged, in order. The API is not patient: a request answers 503 at once.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -91,6 +92,7 @@ class Outbox:
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write, name="actsweep-outbox", daemon=True)
                 self._writer.start()
+                atexit.register(self._drain_at_exit)
             self._changed.notify_all()
 
     def unsent(self, key) -> int:
@@ -110,6 +112,13 @@ class Outbox:
             while wait and self.pending and self._error is None:
                 self._changed.wait()
             self._raise()
+
+    def _drain_at_exit(self, timeout_s: float = 30.0) -> None:
+        # a process that exits without the sweep's end (an error in Tune's loop) still sends what it
+        # holds, for a while: the writer is a daemon thread, stopped at exit
+        with self._changed:
+            if not self._changed.wait_for(lambda: not self.pending or self._error is not None, timeout_s):
+                logger.warning("exiting with %d write(s) not sent", len(self.pending))
 
     def _raise(self) -> None:
         if self._error is not None:

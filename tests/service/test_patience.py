@@ -93,3 +93,26 @@ def test_a_caller_waits_for_the_writer_only_while_the_store_answers():
     outbox.put(slow, "b", key="run", weight=1)
     outbox.wait_for("run")
     assert time.monotonic() - started >= 0.3 and outbox.unsent("run") == 0 and store.received == ["a", "b"]
+
+
+def test_a_process_that_exits_without_flushing_still_sends_what_it_holds(tmp_path):
+    """The writer is a daemon thread: a driver that exits without the sweep's end (an error in
+    Tune's loop) still sends its writes before the interpreter stops."""
+    import subprocess
+    import sys
+
+    script = f"""
+import time
+from service.patience import Outbox, is_outage
+
+def slow(value):
+    time.sleep(0.2)
+    with open({str(tmp_path / "sent")!r}, "a") as f:
+        f.write(value)
+
+outbox = Outbox(is_outage, patience_s=30)
+for value in "abc":
+    outbox.put(slow, value)
+"""  # (and exits at once)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert (tmp_path / "sent").read_text() == "abc"
