@@ -3,7 +3,7 @@
 for the trainables that reports epochs as fast as the logger takes them.
 
     actsweep bench --workload bookkeeping [--trials 1000] [--epochs 20] [--pack-size 50]
-                                          [--flush-s 0,1] [--stores sqlite,http-postgres]
+                                          [--flush-s 0,1] [--stores sqlite,sqlite-wal,http-postgres]
 
 Each trial is a member of a fused pack (Tune trial), as Fig. 2's grid runs; every epoch it reports
 the 16 metrics a classifier's epoch logs. Per store and ``--flush-s`` value, one sweep under a fresh store
@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--pack-size", type=int, default=50)
     parser.add_argument("--flush-s", default="0,1", help="comma list: seconds between a run's writes (0: every epoch)")
     parser.add_argument("--stores", default="sqlite",
-                        help="comma list of sqlite (a fresh file, in WAL mode), sqlite-rollback (the same with "
-                             "SQLite's rollback journal: ACTSWEEP_SQLITE_WAL=false) and http-postgres (a fresh "
-                             "PostgreSQL behind `mlflow server`, over HTTP), each with every --flush-s value")
+                        help="comma list of sqlite (a fresh file, in SQLite's rollback journal: the default), "
+                             "sqlite-wal (the same in WAL mode: ACTSWEEP_SQLITE_WAL=true) and http-postgres (a "
+                             "fresh PostgreSQL behind `mlflow server`, over HTTP), each with every --flush-s value")
     parser.add_argument("--out", default=None, help="a JSON file for the rows")
     args = parser.parse_args(argv)
     rows = []
@@ -127,15 +127,15 @@ def _fresh_store(store: str) -> Iterator[str]:
     from service.local_servers import mlflow_server, postgres_server
 
     with tempfile.TemporaryDirectory() as folder:
-        if store in ("sqlite", "sqlite-rollback"):  # (WAL, the default; or SQLite's rollback journal)
-            with patch.dict(os.environ, {"ACTSWEEP_SQLITE_WAL": str(store == "sqlite").lower()}):
+        if store in ("sqlite", "sqlite-wal"):
+            with patch.dict(os.environ, {"ACTSWEEP_SQLITE_WAL": str(store == "sqlite-wal").lower()}):
                 yield f"sqlite:///{Path(folder) / 'mlflow.db'}"
         elif store == "http-postgres":
             with postgres_server(("mlflow",)) as urls, \
                     mlflow_server(urls["mlflow"], Path(folder) / "artifacts", Path(folder) / "mlflow.log") as url:
                 yield url
         else:
-            raise SystemExit(f"--stores: unknown {store!r}; accepted: sqlite, sqlite-rollback, http-postgres")
+            raise SystemExit(f"--stores: unknown {store!r}; accepted: sqlite, sqlite-wal, http-postgres")
 
 
 if __name__ == "__main__":

@@ -184,10 +184,10 @@ def _quoted(value: str) -> str:
     return f"'{value}'"
 
 
-# A SQLite store runs in WAL mode with synchronous=NORMAL: a commit appends to the log without an
-# fsync (MLflow commits several times per write, and the fsyncs were half a write's cost: docs/load.md),
-# and readers (the API, the UI) do not block the driver's writes. A crashed process loses nothing;
-# a power cut may lose the last commits. The files of RunStores are registered here.
+# With ACTSWEEP_SQLITE_WAL, a SQLite store runs in WAL mode with synchronous=NORMAL: a commit appends
+# to the log without an fsync (MLflow commits several times per write: docs/load.md), and readers (the
+# API, the UI) do not block the driver's writes. A crashed process loses nothing; a power cut may lose
+# the last commits. The files of RunStores are registered here.
 _WAL_FILES: set[str] = set()
 
 

@@ -25,3 +25,4 @@ def log_trial(logger: MLflowTrialLogger, trial_id: str, config: dict, results: l
     for result in results:
         logger.on_trial_result(0, [], trial, result)
     (logger.on_trial_error if failed else logger.on_trial_complete)(0, [], trial)
+    logger.outbox.flush(wait=True)  # (its writer thread has sent it all, as at the end of Tune's experiment)

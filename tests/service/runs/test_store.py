@@ -162,9 +162,9 @@ def test_a_server_that_dies_mid_answer_is_an_outage_not_a_failure(monkeypatch):
 
 
 @pytest.mark.parametrize("wal, journal, synchronous", [("true", "wal", 1), ("false", "delete", 2)])
-def test_a_sqlite_store_writes_without_an_fsync_per_commit_unless_told_not_to(tmp_path, monkeypatch, wal, journal,
+def test_a_sqlite_store_writes_without_an_fsync_per_commit_where_asked(tmp_path, monkeypatch, wal, journal,
                                                                                  synchronous):
-    """ACTSWEEP_SQLITE_WAL (default true): WAL mode with synchronous=NORMAL (1), else SQLite's
+    """ACTSWEEP_SQLITE_WAL=true: WAL mode with synchronous=NORMAL (1); false (the default): SQLite's
     rollback journal with synchronous=FULL (2). Either way the runs read back."""
     import sqlite3
 
