@@ -106,7 +106,7 @@ class MLflowTrialLogger(PicklableCallback):
             # MLflow keeps one), as the dead driver may have died before sending them
             self.params[(trial.trial_id, i)] = mlflow_params(cfg)
             if self.run_ids[trial.trial_id][i] is None:
-                self.outbox.put(self._create_run, trial, i, cfg, len(configs))
+                self._create_now_or_later(trial, i, cfg, len(configs))
                 if self.dataset is not None:
                     self.outbox.put(self._send, "log_dataset", trial.trial_id, i, self.dataset)
 
@@ -124,6 +124,17 @@ class MLflowTrialLogger(PicklableCallback):
             self.nodes[trial.trial_id] = tags[NODE_IDS].split(",")
         self.logged_epochs[member_trial_id(trial, index)] = last_epoch
         return run_id
+
+    def _create_now_or_later(self, trial, index: int, cfg: dict, pack_size: int) -> None:
+        # A run is made on Tune's loop, not by the writer thread, so that the trial's record names it
+        # from the trial's start (TrialStateRecorder reads run_ids). No write of the run can be ahead
+        # of it. While the store is away it waits in the outbox, and the run's writes queue behind it.
+        if self.outbox.away_since is None:
+            try:
+                return self._create_run(trial, index, cfg, pack_size)
+            except RunsUnavailable:
+                pass
+        self.outbox.put(self._create_run, trial, index, cfg, pack_size)
 
     def _create_run(self, trial, index: int, cfg: dict, pack_size: int) -> None:
         tags = {**self.sweep_tags, PHASE: cfg.get("phase", "grid"), TRIAL_ID: member_trial_id(trial, index)}
