@@ -150,6 +150,8 @@ class Outbox:
             with self._changed:
                 self.pending.popleft()
                 self._unsent[key] -= weight
+                if not self._unsent[key]:  # (a key per run: none kept once its writes are sent)
+                    del self._unsent[key]
                 if self.away_since is not None:
                     logger.warning("the store answers again after %.0f s", time.monotonic() - self.away_since)
                 self.away_since, delay = None, 0.5

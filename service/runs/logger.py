@@ -47,9 +47,9 @@ class MLflowTrialLogger(PicklableCallback):
     Epochs are written in batches: what the trials report is kept per run and sent every
     ``flush_s`` seconds, when a run has REPORTED_AGAIN - 1 epochs waiting (what a trial resumed
     after its driver died reports again: workers.checkpoints), when a trial ends, and at the end of
-    the sweep, each run's pending epochs in one ``log_batch``. One write costs about as much for 50 epochs as for one (a SQLite
-    transaction, or an HTTP request), so a fast engine's epochs do not queue behind their writes
-    (docs/load.md). ``flush_s`` 0 writes every epoch as it comes."""
+    the sweep, each run's pending epochs in one ``log_batch``. One write costs about as much for 50
+    epochs as for one (a SQLite transaction, or an HTTP request), so a fast engine's epochs do not
+    queue behind their writes (docs/load.md). ``flush_s`` 0 writes every epoch as it comes."""
 
     # A driver that continues a dead one's sweep (restored by Tune, with this callback unpickled)
     # finds the runs its trials already have in one search of the sweep's runs, on the first
@@ -175,10 +175,10 @@ class MLflowTrialLogger(PicklableCallback):
                 # fewer than REPORTED_AGAIN epochs of a run wait, here and in the outbox. Where the
                 # writer lags that far behind a run, its trial waits for it (a store slower than the
                 # training); while the store is away it does not.
-                if len(pending) + self.outbox.unsent(key) >= REPORTED_AGAIN - 1:
+                if self._unwritten(key) >= REPORTED_AGAIN - 1:
                     self.outbox.wait_for(key)
                 pending.append((step, metrics, {**tags, **member_tags}, _now_ms()))
-                if len(pending) + self.outbox.unsent(key) >= REPORTED_AGAIN - 1:
+                if self._unwritten(key) >= REPORTED_AGAIN - 1:
                     self._write(key, self.epochs.pop(key))
         if time.monotonic() - self._flushed_at >= self.flush_s:
             self._write_epochs()
@@ -200,6 +200,9 @@ class MLflowTrialLogger(PicklableCallback):
         if self._params is None:
             self._params = {}
         return self._params
+
+    def _unwritten(self, key: tuple[str, int]) -> int:
+        return len(self.epochs.get(key, ())) + self.outbox.unsent(key)
 
     def _write_epochs(self) -> None:
         """Every run's pending epochs to the outbox, one write per run."""
