@@ -71,24 +71,24 @@ class Outbox:
     until all are sent. An outage longer than ``patience_s``, or an error that is no outage, stops
     the writer; the caller's next call raises it, and what was not sent stays in ``pending``.
 
-    A write may carry a ``key`` and a ``weight`` (a run, and the epochs in the write): ``unsent(key)``
-    is the weight not yet sent, and ``wait_for(key)`` lets a caller that must bound it wait for the
-    writer (docs/load.md)."""
+    A write may carry ``weights``, {key: weight} (the runs it writes, and the epochs of each):
+    ``unsent(key)`` is the weight not yet sent, and ``wait_for(key)`` lets a caller that must bound it
+    wait for the writer (docs/load.md)."""
 
     def __init__(self, is_away, patience_s: float, max_delay_s: float = 15.0):
         self.is_away, self.patience_s, self.max_delay_s = is_away, patience_s, max_delay_s
-        self.pending: deque = deque()  # (send, args, key, weight); the first is the one being sent
+        self.pending: deque = deque()  # (send, args, weights); the first is the one being sent
         self.away_since: float | None = None
         self._unsent: Counter = Counter()
         self._error: BaseException | None = None
         self._changed = threading.Condition()
         self._writer: threading.Thread | None = None
 
-    def put(self, send, *args, key=None, weight: int = 0) -> None:
+    def put(self, send, *args, weights: dict | None = None) -> None:
         with self._changed:
             self._raise()
-            self.pending.append((send, args, key, weight))
-            self._unsent[key] += weight
+            self.pending.append((send, args, weights or {}))
+            self._unsent.update(weights or {})
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write, name="actsweep-outbox", daemon=True)
                 self._writer.start()
@@ -130,7 +130,7 @@ class Outbox:
             with self._changed:
                 while not self.pending:
                     self._changed.wait()
-                send, args, key, weight = self.pending[0]
+                send, args, weights = self.pending[0]
             try:
                 send(*args)
             except Exception as exc:
@@ -149,9 +149,10 @@ class Outbox:
                 continue
             with self._changed:
                 self.pending.popleft()
-                self._unsent[key] -= weight
-                if not self._unsent[key]:  # (a key per run: none kept once its writes are sent)
-                    del self._unsent[key]
+                for key, weight in weights.items():
+                    self._unsent[key] -= weight
+                    if not self._unsent[key]:  # (a key per run: none kept once its writes are sent)
+                        del self._unsent[key]
                 if self.away_since is not None:
                     logger.warning("the store answers again after %.0f s", time.monotonic() - self.away_since)
                 self.away_since, delay = None, 0.5

@@ -82,10 +82,12 @@ class Settings(BaseSettings):
     # write (service.runs.logger); 0: every epoch written as it comes (a call per run and epoch)
     metrics_flush_s: float = Field(1.0, ge=0, le=60)
     # a SQLite MLflow store in WAL mode with synchronous=NORMAL (service.runs.store): no fsync per commit,
-    # and readers do not block the driver's writes. Off by default: in WAL mode MLflow's writes reuse the
-    # log's pages and do not see a full disk, and a sweep then fails later, on another write, unclearly
-    # (tests/service/api/test_disk_full.py; docs/load.md). Never on a network filesystem
+    # and readers do not block the driver's writes. Never on a network filesystem
     sqlite_wal: bool = False
+    # a driver whose MLflow store is a database (SQLite, PostgreSQL) writes a flush's epochs of all its
+    # runs in one transaction, into MLflow's own tables (service.runs.sql_writes); false: one MLflow
+    # log_batch per run. A tracking server (HTTP) always gets log_batch
+    direct_sql_writes: bool = True
     # MLflow's HTTP client, where the tracking URI is a server: this many retries (1 s, 2 s ... apart;
     # a sweep's driver makes one more) and this timeout per request, so a server that does not answer
     # fails a call in seconds (the API answers 503), not after minutes (service.runs.store)

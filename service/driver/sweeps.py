@@ -6,9 +6,11 @@ Each phase is one Tune experiment; each grid point one Tune trial, or a fused pa
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import shutil
 import socket
 import time
 from dataclasses import dataclass, field
@@ -201,7 +203,12 @@ class _Sweep:
                 verbose=0,
                 # a failed trial is retried, from its last epoch's state (workers.checkpoints)
                 failure_config=tune.FailureConfig(max_failures=spec.execution.max_failures)))
-        self._count(tuner.fit())
+        try:
+            found = tuner.fit()
+        except (EOFError, OSError) as exc:
+            raise_if_storage_full(exc, settings.ray_results)
+            raise
+        self._count(found)
 
     @property
     def context_bytes(self) -> float:
@@ -237,6 +244,19 @@ class _Sweep:
             if result.error is not None:
                 self.errors += n
                 self.first_error = self.first_error or failure_reason(result.error)
+
+
+def raise_if_storage_full(exc: BaseException, storage: str) -> None:
+    """Names a full disk under Tune's storage as the cause of ``exc``. Tune writes a failed trial's
+    error to a file beside its results and reads it back to build them: on a full disk the file is
+    empty, and the read fails (``EOFError: Ran out of input``), hiding why the trials failed."""
+    try:
+        free = shutil.disk_usage(storage).free
+    except OSError:  # (not a local folder, or gone)
+        return
+    if free < 2 ** 20:
+        raise OSError(errno.ENOSPC, f"No space left on device: Tune's storage {storage} is full "
+                                    f"({free} bytes free), and its trials' results cannot be read back") from exc
 
 
 def trial_memory_limit(spec: SweepSpec) -> int | None:

@@ -1,11 +1,11 @@
 """MLflow logging of a sweep's trials: a Tune callback in the sweep's driver.
 
 Runs are written from the driver, so trial workers never need to reach the tracking store, the
-SQLite default has a single writer, and metrics go out in batches: one ``log_batch`` call per run
-for all the epochs it reported since the last write (every ACTSWEEP_METRICS_FLUSH_S seconds). The
-writes are sent by the outbox's writer thread, off Tune's loop: a trial's next epoch does not wait
-for its last one's write (Tune's function trainables wait, after each report, until the loop has
-taken it).
+SQLite default has a single writer, and metrics go out in batches: every ACTSWEEP_METRICS_FLUSH_S
+seconds, the epochs every run reported since its last write, in one transaction where the store is a
+database (service.runs.sql_writes), else in one ``log_batch`` call per run. The writes are sent by
+the outbox's writer thread, off Tune's loop: a trial's next epoch does not wait for its last one's
+write (Tune's function trainables wait, after each report, until the loop has taken it).
 """
 from __future__ import annotations
 
@@ -47,9 +47,10 @@ class MLflowTrialLogger(PicklableCallback):
     Epochs are written in batches: what the trials report is kept per run and sent every
     ``flush_s`` seconds, when a run has REPORTED_AGAIN - 1 epochs waiting (what a trial resumed
     after its driver died reports again: workers.checkpoints), when a trial ends, and at the end of
-    the sweep, each run's pending epochs in one ``log_batch``. One write costs about as much for 50
-    epochs as for one (a SQLite transaction, or an HTTP request), so a fast engine's epochs do not
-    queue behind their writes (docs/load.md). ``flush_s`` 0 writes every epoch as it comes."""
+    the sweep: all runs' pending epochs in one write (RunStore.log_runs: one transaction on a
+    database, one ``log_batch`` per run on a server). One write costs about as much for 50 epochs as
+    for one (a transaction, or an HTTP request), so a fast engine's epochs do not queue behind their
+    writes (docs/load.md). ``flush_s`` 0 writes every epoch as it comes."""
 
     # A driver that continues a dead one's sweep (restored by Tune, with this callback unpickled)
     # finds the runs its trials already have in one search of the sweep's runs, on the first
@@ -158,6 +159,7 @@ class MLflowTrialLogger(PicklableCallback):
         if "resumed_from_epoch" in result:  # retried after a failure, or restored with its sweep
             resumed = {"resumed_from_epoch": result["resumed_from_epoch"]}  # a pack's members get it too
             tags[RESUMED_FROM_EPOCH] = str(result["resumed_from_epoch"])
+        due = False
         for index, values in member_results(result):
             member, step = member_trial_id(trial, index), int(values["epoch"])
             metrics = {}
@@ -178,9 +180,10 @@ class MLflowTrialLogger(PicklableCallback):
                 if self._unwritten(key) >= REPORTED_AGAIN - 1:
                     self.outbox.wait_for(key)
                 pending.append((step, metrics, {**tags, **member_tags}, _now_ms()))
-                if self._unwritten(key) >= REPORTED_AGAIN - 1:
-                    self._write(key, self.epochs.pop(key))
-        if time.monotonic() - self._flushed_at >= self.flush_s:
+                due = due or self._unwritten(key) >= REPORTED_AGAIN - 1
+        # (a pack's members all come due at once: the result's epochs, and every other run's that
+        # wait, go in one write after the loop, not one write per member)
+        if due or time.monotonic() - self._flushed_at >= self.flush_s:
             self._write_epochs()
 
     def on_step_end(self, iteration, trials, **info):  # (Tune's loop, between results: what waits is written)
@@ -205,17 +208,24 @@ class MLflowTrialLogger(PicklableCallback):
         return len(self.epochs.get(key, ())) + self.outbox.unsent(key)
 
     def _write_epochs(self) -> None:
-        """Every run's pending epochs to the outbox, one write per run."""
-        for key in list(self.epochs):
-            self._write(key, self.epochs.pop(key))
+        """Every run's pending epochs to the outbox, as one write (RunStore.log_runs)."""
+        self._write([(key, self.epochs.pop(key), None) for key in list(self.epochs)])
         self._flushed_at = time.monotonic()
 
-    def _write(self, key: tuple[str, int], epochs: list, sign_key: str | None = None) -> None:
-        """One write of a run: its pending epochs, its params if not sent yet, and its signature."""
-        params = self.params.pop(key, None)
-        if epochs or params or sign_key:
-            self.outbox.put(self._send, "log_run_batch", key[0], key[1], epochs, params, sign_key,
-                            key=key, weight=len(epochs))
+    def _write(self, runs: list[tuple[tuple[str, int], list, str | None]]) -> None:
+        """One write of several runs, each (key, its pending epochs, its signature key or None), with
+        the params of those whose params are not sent yet."""
+        batch = [(key, epochs, self.params.pop(key, None), sign_key) for key, epochs, sign_key in runs]
+        batch = [run for run in batch if run[1] or run[2] or run[3]]
+        if batch:
+            self.outbox.put(self._send_runs, batch, weights={key: len(epochs) for key, epochs, _, _ in batch})
+
+    def _send_runs(self, batch: list) -> None:
+        self.now.log_runs([self.now.run_write(self.run_ids[trial_id][index], epochs, params, sign_key)
+                           for (trial_id, index), epochs, params, sign_key in batch])
+
+    def _send_end(self, trial_id: str, status: str) -> None:
+        self.now.end_runs(self.run_ids[trial_id], status)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._end(trial, "FINISHED")
@@ -227,15 +237,19 @@ class MLflowTrialLogger(PicklableCallback):
         self._write_epochs()
         for trial in trials:  # stopped by a cancel: what was logged stays, the run is marked KILLED
             self._end(trial, "KILLED")
-        self.outbox.flush(wait=True)  # every epoch in MLflow before the sweep goes on (or ends)
+        self.flush()  # every epoch in MLflow before the sweep goes on (or ends)
+
+    def flush(self) -> None:
+        """Every epoch reported so far written now; returns once the store has them."""
+        self._write_epochs()
+        self.outbox.flush(wait=True)
 
     def _end(self, trial, status: str):
         if trial.trial_id in self.run_ids and trial.trial_id not in self.ended:
-            for index, cfg in enumerate(members(trial.config)):
-                key = (trial.trial_id, index)
-                # its last epochs, and, if the trial cache may reuse it, the store vouching for it, in
-                # one write before its end (a run is reused only once FINISHED: service.runs.cache)
-                sign_key = cfg[KEY_FIELD] if status == "FINISHED" and KEY_FIELD in cfg else None
-                self._write(key, self.epochs.pop(key, []), sign_key)
-                self.outbox.put(self._send, "end_run", trial.trial_id, index, status)
+            # each member's last epochs, and, if the trial cache may reuse it, the store vouching for
+            # it, in one write before their end (a run is reused only once FINISHED: service.runs.cache)
+            self._write([((trial.trial_id, index), self.epochs.pop((trial.trial_id, index), []),
+                          cfg[KEY_FIELD] if status == "FINISHED" and KEY_FIELD in cfg else None)
+                         for index, cfg in enumerate(members(trial.config))])
+            self.outbox.put(self._send_end, trial.trial_id, status)
             self.ended.add(trial.trial_id)

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
 from service.patience import cannot_write, is_outage, patiently
+from service.runs.sql_writes import RunWrite, SqlRunWriter
 from service.settings import get_settings, mask_secrets
 from workers.trial import GridPoint
 
@@ -106,12 +107,13 @@ class _Guarded:
 
     def __getattr__(self, name: str):
         found = getattr(self._client, name)
-        if not callable(found):
-            return found
+        return self.guarded(found) if callable(found) else found
 
+    def guarded(self, call):
+        """``call``, with the store's failures to answer raised as :class:`RunsUnavailable`, patiently."""
         def once(*args, **kwargs):
             try:
-                return found(*args, **kwargs)
+                return call(*args, **kwargs)
             except Exception as exc:
                 if _unreachable(exc):
                     cause = mask_secrets(str(exc).strip().splitlines()[0] if str(exc).strip() else "")[:200]
@@ -120,6 +122,11 @@ class _Guarded:
 
         return lambda *args, **kwargs: patiently(once, lambda exc: isinstance(exc, RunsUnavailable),
                                                  self._patience_s, *args, **kwargs)
+
+    @property
+    def tracking_store(self):
+        """MLflow's store behind the client (a SqlAlchemyStore for a database URI)."""
+        return self._client._tracking_client.store
 
 
 @dataclass(frozen=True)
@@ -354,24 +361,58 @@ class RunStore:
         """One epoch's metrics (and tags) in one call, stamped ``timestamp_ms`` (default: now)."""
         self.log_run_batch(run_id, [(step, metrics, tags, timestamp_ms or _now_ms())])
 
-    def log_run_batch(self, run_id: str, epochs: list[tuple[int, dict[str, float], dict[str, str], int]],
-                      params: dict[str, str] | None = None, sign_key: str | None = None) -> None:
-        """Several epochs of one run, each (step, metrics, tags, timestamp_ms), with its params and
-        its signature (:meth:`sign`) if given, in as few calls as MLflow's ``log_batch`` takes (1,000
-        metrics, params and tags a call; a SQL store writes each call in one transaction): one for a
-        few dozen epochs. Sent again after a failure, a call writes the same rows (same timestamps,
-        same params)."""
+    def run_write(self, run_id: str, epochs: list[tuple[int, dict[str, float], dict[str, str], int]],
+                  params: dict[str, str] | None = None, sign_key: str | None = None) -> RunWrite:
+        """One write of a run: epochs, each (step, metrics, tags, timestamp_ms), its params, and its
+        signature (:meth:`sign`) if given."""
         tags = {}
         for _, _, epoch_tags, _ in epochs:  # (a later epoch's value of a tag wins, as separate writes did)
             tags.update(epoch_tags)
         if sign_key is not None and self.cache_secret is not None:
             tags[TRIAL_SIGNATURE] = self._signature(sign_key, run_id)
-        metrics = [Metric(k, float(v), now, step) for step, values, _, now in epochs for k, v in values.items()]
-        extras = [Param(k, v) for k, v in (params or {}).items()]
-        first = max(0, METRIC_BATCH - len(tags) - len(extras))
-        self.client.log_batch(run_id, metrics=metrics[:first], params=extras, tags=[RunTag(k, v) for k, v in tags.items()])
+        metrics = [(k, float(v), now, step) for step, values, _, now in epochs for k, v in values.items()]
+        return RunWrite(run_id, metrics, dict(params or {}), tags)
+
+    def log_run_batch(self, run_id: str, epochs: list[tuple[int, dict[str, float], dict[str, str], int]],
+                      params: dict[str, str] | None = None, sign_key: str | None = None) -> None:
+        """Several epochs of one run (:meth:`run_write`), in as few calls as MLflow's ``log_batch``
+        takes (1,000 metrics, params and tags a call; a SQL store writes each call in one
+        transaction): one for a few dozen epochs. Sent again after a failure, a call writes the same
+        rows (same timestamps, same params)."""
+        self._log_batch(self.run_write(run_id, epochs, params, sign_key))
+
+    def log_runs(self, writes: list[RunWrite]) -> None:
+        """Many runs' writes: in one transaction where the store is a database this process writes
+        directly (service.runs.sql_writes), else one ``log_batch`` (or a few) per run, in order."""
+        if self.sql_writer is not None:
+            self.client.guarded(self.sql_writer.write)(writes)
+        else:
+            for write in writes:
+                self._log_batch(write)
+
+    def end_runs(self, run_ids: list[str], status: str) -> None:
+        """Several runs end with ``status``: in one transaction where :meth:`log_runs` writes SQL."""
+        if self.sql_writer is not None:
+            self.client.guarded(self.sql_writer.end)(run_ids, status, _now_ms())
+        else:
+            for run_id in run_ids:
+                self.end_run(run_id, status)
+
+    @cached_property
+    def sql_writer(self) -> SqlRunWriter | None:
+        """The writer of :meth:`log_runs` where the store is a database reached directly, else None."""
+        if self.is_server or not get_settings().direct_sql_writes:
+            return None
+        return SqlRunWriter.for_store(self.client.tracking_store)
+
+    def _log_batch(self, write: RunWrite) -> None:
+        metrics = [Metric(k, v, now, step) for k, v, now, step in write.metrics]
+        extras = [Param(k, v) for k, v in write.params.items()]
+        first = max(0, METRIC_BATCH - len(write.tags) - len(extras))
+        self.client.log_batch(write.run_id, metrics=metrics[:first], params=extras,
+                              tags=[RunTag(k, v) for k, v in write.tags.items()])
         for start in range(first, len(metrics), METRIC_BATCH):
-            self.client.log_batch(run_id, metrics=metrics[start:start + METRIC_BATCH])
+            self.client.log_batch(write.run_id, metrics=metrics[start:start + METRIC_BATCH])
 
     def trial_runs(self, sweep_id: str) -> pd.DataFrame:
         """One row per trial run of the sweep: its grid point, seed, status and each metric's last value."""

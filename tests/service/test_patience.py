@@ -79,7 +79,7 @@ def test_a_caller_waits_for_the_writer_only_while_the_store_answers():
     once the store answers it returns when the key's writes are sent."""
     store = FlakyStore(away_for_s=1.0)
     outbox = Outbox(is_outage, patience_s=30)
-    outbox.put(store.write, "a", key="run", weight=3)
+    outbox.put(store.write, "a", weights={"run": 3})
     started = time.monotonic()
     outbox.wait_for("run")
     assert time.monotonic() - started < 0.5 and outbox.unsent("run") == 3 and store.received == []
@@ -90,7 +90,7 @@ def test_a_caller_waits_for_the_writer_only_while_the_store_answers():
         store.received.append(value)
 
     started = time.monotonic()
-    outbox.put(slow, "b", key="run", weight=1)
+    outbox.put(slow, "b", weights={"run": 1})
     outbox.wait_for("run")
     assert time.monotonic() - started >= 0.3 and outbox.unsent("run") == 0 and store.received == ["a", "b"]
 
@@ -116,3 +116,14 @@ for value in "abc":
 """  # (and exits at once)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     assert (tmp_path / "sent").read_text() == "abc"
+
+
+def test_a_write_of_several_keys_counts_for_each_until_sent():
+    """One write may carry several runs' epochs: each key's unsent weight counts it until it is sent."""
+    store = FlakyStore(away_for_s=0.5)
+    outbox = Outbox(is_outage, patience_s=30)
+    outbox.put(store.write, "ab", weights={"a": 2, "b": 3})
+    outbox.put(store.write, "b", weights={"b": 1})
+    assert (outbox.unsent("a"), outbox.unsent("b")) == (2, 4)
+    outbox.flush(wait=True)
+    assert (outbox.unsent("a"), outbox.unsent("b")) == (0, 0) and store.received == ["ab", "b"]

@@ -11,6 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from service.local_servers import ApiServer
+from service.patience import poll
 from service.records import SweepStore
 from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for
 
@@ -42,16 +43,31 @@ def _fill(folder: Path) -> int:
     return written
 
 
-def test_a_full_disk_fails_the_sweep_clearly_and_loses_no_record(ray_head, small_disk, tmp_path):
+def _trial_histories(mlflow: MlflowClient, sweep_id: str) -> dict[str, int]:
+    """Each trial run of the sweep → the number of val_loss values MLflow holds for it."""
+    runs = mlflow.search_runs([e.experiment_id for e in mlflow.search_experiments()], f"tags.sweep_id = '{sweep_id}'")
+    return {r.info.run_id: len(mlflow.get_metric_history(r.info.run_id, "val_loss"))
+            for r in runs if r.data.tags.get("role") == "trial"}
+
+
+# In WAL mode MLflow's writes go on a while after the disk is full (into the write-ahead log), and
+# the trials fail first, on their checkpoints; Tune then cannot read its own results back.
+@pytest.mark.parametrize("wal", ["false", "true"], ids=["sqlite", "sqlite-wal"])
+def test_a_full_disk_fails_the_sweep_clearly_and_loses_no_record(ray_head, small_disk, tmp_path, wal):
     home = small_disk / "home"
     database = f"sqlite:///{tmp_path / 'sweeps.db'}"  # where the failure can be written down
     server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_HOME=str(home), ACTSWEEP_DATABASE_URL=database,
-                               ACTSWEEP_OUTAGE_PATIENCE_S="5"), log=tmp_path / "api.log").start()
+                               ACTSWEEP_OUTAGE_PATIENCE_S="5", ACTSWEEP_SQLITE_WAL=wal), log=tmp_path / "api.log").start()
     try:
         with server.client() as client:
             sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
                                                  "overrides": {**TINY, **SIDE_BY_SIDE, "epochs": 2000}}).json()
             wait_for(client, sweep["id"], lambda r: r["progress"]["trial_epochs_done"] >= 20, timeout=300)
+            # what is stored before the disk fills must read back after it: wait until every running
+            # trial's run has epochs in MLflow (they are written off Tune's loop, a moment later)
+            mlflow = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+            before = poll(lambda: (h := _trial_histories(mlflow, sweep["id"])) and all(h.values()) and h, 120, 0.5)
+            assert before, "no trial run has epochs in MLflow before the disk fills"
             filled = _fill(small_disk)
             started = time.monotonic()
             done = wait_for(client, sweep["id"], finished, timeout=300)
@@ -62,12 +78,10 @@ def test_a_full_disk_fails_the_sweep_clearly_and_loses_no_record(ray_head, small
         assert "No space left on device" in done["error"] or "disk is full" in done["error"], done["error"]
         assert listed["total"] >= 1 and sweep["id"] in {s["id"] for s in listed["items"]}
         assert SweepStore(database).get(sweep["id"]).state == "failed"  # the records read back
-        mlflow = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")  # the MLflow store opens and reads back
-        runs = mlflow.search_runs([e.experiment_id for e in mlflow.search_experiments()],
-                                  f"tags.sweep_id = '{sweep['id']}'")
-        trials = [r for r in runs if r.data.tags.get("role") == "trial"]
-        assert trials and all(mlflow.get_metric_history(r.info.run_id, "val_loss") for r in trials)
+        after = _trial_histories(MlflowClient(f"sqlite:///{home / 'mlflow.db'}"), sweep["id"])  # opens, reads back
+        lost = {run: (n, after.get(run, 0)) for run, n in before.items() if after.get(run, 0) < n}
+        assert not lost, f"epochs stored before the disk filled are gone (run: before, after): {lost}"
         print(f"disk filled ({filled / 2 ** 20:.0f} MiB of zeros) mid-sweep: failed {took:.0f} s later with "
-              f"{done['error']!r}; {len(trials)} trial runs read back from MLflow")
+              f"{done['error']!r}; {len(after)} trial runs read back from MLflow, none with fewer epochs")
     finally:
         server.stop()

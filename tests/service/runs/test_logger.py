@@ -98,26 +98,35 @@ def test_a_continuing_driver_finds_the_dead_ones_runs_in_one_search(sweep, how):
 
 
 class WriteCountingStore(CountingStore):
-    """A real store that also counts MLflow's log_batch calls (its writes of metrics)."""
+    """A real store that also counts its writes of metrics: MLflow's log_batch calls, or the
+    transactions of its direct SQL writer (service.runs.sql_writes)."""
 
     batches = 0
 
     def __init__(self, uri: str):
         super().__init__(uri)
-        client_log_batch = self.client.log_batch
+        self.client.log_batch = self._counted(self.client.log_batch)
+        if self.sql_writer is not None:
+            self.sql_writer.write = self._counted(self.sql_writer.write)
 
-        def log_batch(*args, **kwargs):
+    def _counted(self, write):
+        def counted(*args, **kwargs):
             type(self).batches += 1
-            return client_log_batch(*args, **kwargs)
+            return write(*args, **kwargs)
 
-        self.client.log_batch = log_batch
+        return counted
 
     def impatient(self):  # (the logger writes through its impatient twin: counted too)
         return self
 
 
-@pytest.mark.parametrize("flush_s, writes_per_run", [(60.0, 1), (0.0, 5)])
-def test_epochs_go_out_in_one_write_per_run_when_batched(tmp_path, flush_s, writes_per_run):
+# 4 Tune trials (3 alone, a pack of 2), 5 epochs each. Batched, what waits goes out at each trial's
+# end: one write per run (MLflow's log_batch), or one transaction for all of a trial's runs (SQL).
+# Unbatched, each epoch of each trial goes out as it comes.
+@pytest.mark.parametrize("writer, flush_s, writes", [("log_batch", 60.0, 5), ("log_batch", 0.0, 25),
+                                                     ("sql", 60.0, 4), ("sql", 0.0, 20)])
+def test_epochs_go_out_in_one_write_per_run_when_batched(tmp_path, monkeypatch, writer, flush_s, writes):
+    monkeypatch.setenv("ACTSWEEP_DIRECT_SQL_WRITES", str(writer == "sql").lower())
     runs = WriteCountingStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
     parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
@@ -137,7 +146,8 @@ def test_epochs_go_out_in_one_write_per_run_when_batched(tmp_path, flush_s, writ
     for trial in trials:
         logger.on_trial_complete(0, [], trial)
     logger.on_experiment_end(trials)
-    assert WriteCountingStore.batches == 5 * writes_per_run  # 5 runs (3 alone, a pack of 2)
+    assert (runs.sql_writer is not None) == (writer == "sql")
+    assert WriteCountingStore.batches == writes
     for trial_id, (run_id, tags) in runs.trial_runs_by_trial_id(SWEEP_ID).items():
         history = runs.client.get_metric_history(run_id, "train_loss")
         assert sorted(m.step for m in history) == [1, 2, 3, 4, 5], trial_id  # every epoch, once
@@ -166,9 +176,9 @@ class SlowStore(WriteCountingStore):
 
     delay_s = 0.3
 
-    def log_run_batch(self, *args, **kwargs):
+    def log_runs(self, *args, **kwargs):
         time.sleep(self.delay_s)
-        return super().log_run_batch(*args, **kwargs)
+        return super().log_runs(*args, **kwargs)
 
 
 @pytest.mark.parametrize("store", [WriteCountingStore, SlowStore])
@@ -219,3 +229,25 @@ def test_the_tune_loop_does_not_wait_on_a_slow_store(tmp_path):
         history = runs.client.get_metric_history(run_id, "train_loss")
         assert sorted(m.step for m in history) == [1, 2], trial_id
     assert set(runs.trial_runs(SWEEP_ID)["status"]) == {"FINISHED"}
+
+
+def test_a_packs_members_that_come_due_together_go_out_in_one_write(tmp_path):
+    """A pack's members reach REPORTED_AGAIN - 1 unwritten epochs on the same result: their epochs
+    go to the store in one write (a transaction for all of them), not a write per member."""
+    from workers.trial import REPORTED_AGAIN
+
+    runs = WriteCountingStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert runs.sql_writer is not None  # (the default for a database store)
+    exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
+    parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
+    logger = MLflowTrialLogger(runs, exp, parent, {"sweep_id": SWEEP_ID}, flush_s=3600.0)
+    pack = _trials()[-1]
+    logger.on_trial_start(0, [pack], pack)
+    WriteCountingStore.batches = 0
+    for epoch in range(1, 2 * (REPORTED_AGAIN - 1) + 1):
+        _epoch(logger, pack, epoch)
+    logger.outbox.flush(wait=True)
+    assert WriteCountingStore.batches == 2
+    for member in ("p0/0", "p0/1"):
+        run_id = runs.trial_runs_by_trial_id(SWEEP_ID)[member][0]
+        assert len(runs.client.get_metric_history(run_id, "train_loss")) == 2 * (REPORTED_AGAIN - 1)
