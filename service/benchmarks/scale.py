@@ -96,8 +96,8 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
     settings = Settings(home=home, num_cpus=os.cpu_count(), dashboard=False, download=False)
     connect_ray(settings)
     spec = SweepSpec.model_validate(tiny_spec(trials, mode, pack_size))
-    writes = _Timed(RunStore, ["log_params", "create_trial_run", "log_epoch", "log_run_batch", "log_dataset", "end_run",
-                               "sign", "copy_run", "start_sweep"])
+    writes = _Timed(RunStore, ["log_params", "create_trial_run", "log_epoch", "log_run_batch", "log_runs", "log_dataset",
+                               "end_run", "end_runs", "sign", "copy_run", "start_sweep"])
     training: dict[str, float] = {}
 
     class Training(tune.Callback):  # each Tune trial's own epoch time (training and evaluation)

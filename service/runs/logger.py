@@ -159,7 +159,7 @@ class MLflowTrialLogger(PicklableCallback):
         if "resumed_from_epoch" in result:  # retried after a failure, or restored with its sweep
             resumed = {"resumed_from_epoch": result["resumed_from_epoch"]}  # a pack's members get it too
             tags[RESUMED_FROM_EPOCH] = str(result["resumed_from_epoch"])
-        due = False
+        due, reported = False, []
         for index, values in member_results(result):
             member, step = member_trial_id(trial, index), int(values["epoch"])
             metrics = {}
@@ -180,11 +180,12 @@ class MLflowTrialLogger(PicklableCallback):
                 if self._unwritten(key) >= REPORTED_AGAIN - 1:
                     self.outbox.wait_for(key)
                 pending.append((step, metrics, {**tags, **member_tags}, _now_ms()))
+                reported.append(key)
                 due = due or self._unwritten(key) >= REPORTED_AGAIN - 1
-        # (a pack's members all come due at once: the result's epochs, and every other run's that
-        # wait, go in one write after the loop, not one write per member)
-        if due or time.monotonic() - self._flushed_at >= self.flush_s:
+        if time.monotonic() - self._flushed_at >= self.flush_s:
             self._write_epochs()
+        elif due:  # (a pack's members come due together: one write for them all, not one per member)
+            self._write([(key, self.epochs.pop(key), None) for key in reported])
 
     def on_step_end(self, iteration, trials, **info):  # (Tune's loop, between results: what waits is written)
         if self.epochs and time.monotonic() - self._flushed_at >= self.flush_s:
