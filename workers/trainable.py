@@ -83,8 +83,10 @@ def _run_trial(config: dict, splits: Splits, device: torch.device) -> None:
     state: dict = {}
     if is_pack(config):  # a fused pack: one report per epoch holds every member's metrics
         cfgs = [TrialConfig.from_config(m) for m in members(config)]
+        # as a list of [index, metrics] pairs, not a dict: Tune keeps running statistics of every
+        # number in a dict it can flatten, 2.6 MB a 50-member pack (docs/load.md, driver memory)
         epochs = (
-            {"epoch": report_epoch(report), "members": {str(i): m for i, m in enumerate(report) if m is not None}}
+            {"epoch": report_epoch(report), "members": [[i, m] for i, m in enumerate(report) if m is not None]}
             for report in train_pack(cfgs, splits, device, resume=resume, on_state=state.update))
     else:
         epochs = train_epochs(TrialConfig.from_config(members(config)[0]), splits, device,

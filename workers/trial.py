@@ -166,10 +166,13 @@ def is_pack(config: dict) -> bool:
 
 
 def member_results(result: dict) -> list[tuple[int, dict]]:
-    """(member index, metrics) for each member a Tune result reports on."""
+    """(member index, metrics) for each member a Tune result reports on: a pack's ``members``, as
+    [index, metrics] pairs (or, as reported before, {"index": metrics}), or the result itself."""
     if "members" not in result:
         return [(0, result)]
-    return [(int(i), metrics) for i, metrics in sorted(result["members"].items(), key=lambda kv: int(kv[0]))]
+    found = result["members"]
+    pairs = found.items() if isinstance(found, dict) else found
+    return sorted(((int(i), metrics) for i, metrics in pairs), key=lambda pair: pair[0])
 
 
 # -- MLflow and the trial cache ------------------------------------------------------------------------

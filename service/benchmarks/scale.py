@@ -92,6 +92,7 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
     from service.reporting.results import sweep_results
     from service.runs.store import RunStore
     from service.settings import Settings
+    from workers.trial import member_results
 
     settings = Settings(home=home, num_cpus=os.cpu_count(), dashboard=False, download=False)
     connect_ray(settings)
@@ -102,7 +103,7 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
 
     class Training(tune.Callback):  # each Tune trial's own epoch time (training and evaluation)
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            members = list(result.get("members", {}).values()) or [result]
+            members = [values for _, values in member_results(result)]
             training[trial.trial_id] = training.get(trial.trial_id, 0.0) + members[0].get("epoch_seconds", 0.0)
 
     env = {**os.environ, "ACTSWEEP_HOME": str(home), "ACTSWEEP_DOWNLOAD": "false", "ACTSWEEP_DASHBOARD": "false"}

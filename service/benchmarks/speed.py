@@ -168,12 +168,14 @@ def _epoch_clock():
     """A Tune callback keeping, per reported epoch after a trial's first, trial-epochs per second."""
     from ray import tune
 
+    from workers.trial import member_results
+
     class EpochClock(tune.Callback):
         def __init__(self):
             self.rates: list[float] = []
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            members = list(result.get("members", {}).values()) or [result]
+            members = [values for _, values in member_results(result)]
             live = [m for m in members if m.get("epoch_seconds")]
             if live and result.get("epoch", live[0].get("epoch", 1)) > 1:
                 self.rates.append(len(live) / live[0]["epoch_seconds"])
