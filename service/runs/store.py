@@ -17,6 +17,7 @@ import re
 import sqlite3
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -249,14 +250,19 @@ class RunStore:
 
     def _search(self, filter_string: str) -> list:
         """Every run in any experiment that matches (all pages)."""
+        return list(self._each(filter_string))
+
+    def _each(self, filter_string: str) -> Iterator:
+        """Every run that matches, a page of 1,000 at a time: a caller that keeps only what it needs
+        of each run holds one page of MLflow's run objects, not every run of a 10,000-trial sweep."""
         experiment_ids = [e.experiment_id for e in self.client.search_experiments(view_type=ViewType.ALL)]
-        runs, token = [], None
+        token = None
         while True:
             page = self.client.search_runs(experiment_ids, filter_string, max_results=1000, page_token=token)
-            runs.extend(page)
+            yield from page
             token = page.token
             if not token:
-                return runs
+                return
 
     # -- sweeps (parent runs) -------------------------------------------------------------------------
     def experiment_id(self, name: str, artifact_root: Path | None = None) -> str:
@@ -349,7 +355,7 @@ class RunStore:
     def trial_runs_by_trial_id(self, sweep_id: str) -> dict[str, tuple[str, dict[str, str]]]:
         """Every run of the sweep that a Tune trial (member) wrote: trial id → (run id, tags), in one search."""
         return {run.data.tags[TRIAL_ID]: (run.info.run_id, dict(run.data.tags))
-                for run in self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{ROLE} = 'trial'")
+                for run in self._each(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{ROLE} = 'trial'")
                 if TRIAL_ID in run.data.tags}
 
     def last_epoch(self, run_id: str) -> int:
@@ -417,7 +423,7 @@ class RunStore:
     def trial_runs(self, sweep_id: str) -> pd.DataFrame:
         """One row per trial run of the sweep: its grid point, seed, status and each metric's last value."""
         rows = []
-        for run in self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{ROLE} = 'trial'"):
+        for run in self._each(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{ROLE} = 'trial'"):
             tags, point = run.data.tags, GridPoint.of(run.data.tags)
             metrics = {PER_EPOCH_LR if k == "lr" else k: v for k, v in run.data.metrics.items()}
             rows.append({"run_id": run.info.run_id, "status": run.info.status, "phase": tags.get(PHASE, "grid"),
@@ -438,7 +444,7 @@ class RunStore:
         """Every trial run of the sweep, one row per epoch: its ``identity_tags``, grid point, status,
         metrics (the per-epoch lr as ``scheduled_lr``) and params (``param.<name>``)."""
         rows = []
-        for run in self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{ROLE} = 'trial'"):
+        for run in self._each(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{ROLE} = 'trial'"):
             tags = run.data.tags
             identity = {"sweep_id": sweep_id, "experiment": tags.get(EXPERIMENT, ""), "run_id": run.info.run_id,
                         TRIAL_ID: tags.get(TRIAL_ID, ""), PHASE: tags.get(PHASE, "grid"), "status": run.info.status,

@@ -21,9 +21,9 @@ class CountingStore(RunStore):
 
     searches = 0
 
-    def _search(self, filter_string: str) -> list:
+    def _each(self, filter_string: str):
         type(self).searches += 1
-        return super()._search(filter_string)
+        return super()._each(filter_string)
 
 
 @pytest.fixture
