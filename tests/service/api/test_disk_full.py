@@ -52,6 +52,7 @@ def _trial_histories(mlflow: MlflowClient, sweep_id: str) -> dict[str, int]:
 
 # In WAL mode MLflow's writes go on a while after the disk is full (into the write-ahead log), and
 # the trials fail first, on their checkpoints; Tune then cannot read its own results back.
+@pytest.mark.timeout(300)  # a sweep trained until the disk fills, then failed (in WAL mode, by its trials first)
 @pytest.mark.parametrize("wal", ["false", "true"], ids=["sqlite", "sqlite-wal"])
 def test_a_full_disk_fails_the_sweep_clearly_and_loses_no_record(ray_head, small_disk, tmp_path, wal):
     home = small_disk / "home"
