@@ -1,19 +1,10 @@
-"""Benchmarks that print their figures: speed (plain PyTorch vs per-trial vs fused packs; actsweep
-bench) and the REST service under load (python -m service.benchmarks.load)."""
+"""What ``actsweep bench`` runs (service.benchmarks.speed dispatches by ``--workload``):
 
-import statistics
-import time
-from typing import Callable
+- speed: training speed, a plain PyTorch loop vs per-trial vs fused packs (quick, paper);
+- engine: the fused engine without Ray Tune or MLflow (speed's engine variants, its step ops);
+- scale: a sweep's bookkeeping at 100 to 10,000 trials (scale);
+- bookkeeping: the MLflow logger alone, with a stand-in trainable (bookkeeping);
+- load: the REST API under many clients at once (load).
 
-
-def median_seconds(call: Callable[[], object], rounds: int, warmup: int = 2) -> float:
-    """The median wall time of ``rounds`` calls of ``call``, after ``warmup`` untimed ones (the
-    allocator and the kernels' choices settle)."""
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+One-off investigations, whose answers are in docs/, are scripts in the top-level benchmarks/.
+"""

@@ -7,7 +7,7 @@ list, its sweep's detail, health. Afterwards every sweep that was accepted (202)
 and in the list: no lost record. Prints requests per second, latency percentiles per route and
 the status codes, and writes them as JSON.
 
-    python -m service.benchmarks.load --clients 50 --seconds 30 --out docs/benchmarks/load.json
+    actsweep bench --workload load --clients 50 --seconds 30 --out docs/benchmarks/load.json
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ async def run_load(base: str, clients: int, posting: int, seconds: float) -> dic
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="actsweep bench --workload load", description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--posting", type=int, default=10, help="how many of the clients submit a sweep first")
     parser.add_argument("--seconds", type=float, default=30.0)

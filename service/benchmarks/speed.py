@@ -34,9 +34,10 @@ compilation, figures). After them the bench prints the aten ops one training ste
 planner-formed Fig. 2 pack dispatches, at 18 and at 360 members, beside a lone ``nn.Sequential``'s. Where MNIST
 is not installed it runs on synthetic data of MNIST's shape (workers.data.synthetic) and says so:
 the speed is the same, the numbers learnt are not. Achieved GFLOP/s are set against the peaks the bench measures first: a
-large fp32 matmul, and bf16 where the device has it (native bf16 or emulated, the bench says
-which). With ``--device cuda`` the trials run on the GPU (packs take 1/packs of it each) and
-every timing is synchronised. With ``--repeats N`` the variants run in turn N times and each
+large fp32 matmul, TF32 on a GPU, and bf16 where the hardware computes it (a GPU; a CPU with
+AVX512-BF16 or AMX). On a CPU without native bf16 the bench still times an emulated bf16 matmul,
+prints it as such, and takes no share of it, saying why. With ``--device cuda`` the trials run
+on the GPU (packs take 1/packs of it each) and every timing is synchronised. With ``--repeats N`` the variants run in turn N times and each
 one's fastest round counts.
 """
 from __future__ import annotations
@@ -102,6 +103,20 @@ def peaks(cores: int, device: str, native_bf16: bool) -> dict[str, float]:
         found["tf32"] = matmul_peak(cores, device=device)
         torch.backends.cuda.matmul.allow_tf32 = saved
     return {k: round(v, 1) for k, v in found.items()}
+
+
+def native_peaks(peak: dict[str, float], native_bf16: bool) -> dict[str, float]:
+    """The peaks a share may be taken of: those the hardware has. An emulated bf16 matmul (a CPU
+    without AVX512-BF16 or AMX) is no peak: the fp32 variants ran at some 3,000% of it."""
+    return {k: v for k, v in peak.items() if k != "bf16" or native_bf16}
+
+
+def left_out_peaks(peak: dict[str, float], native_bf16: bool) -> str:
+    """Why a measured peak is not a share's base, as a line to print ("" where none is left out)."""
+    if native_bf16 or "bf16" not in peak:
+        return ""
+    return (f"no share of a bf16 peak: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 flag), so its "
+            f"bf16 matmuls are emulated ({peak['bf16']:.1f} GFLOP/s), which is no peak of the hardware")
 
 
 def flops_per_trial_epoch(train: int, evaluated: int) -> float:
@@ -264,7 +279,7 @@ def variant_overrides(name: str, base: dict, trials: int, cores: int, pack_size:
 
 def main(argv: list[str] | None = None) -> dict:
     first = argparse.ArgumentParser(add_help=False)
-    first.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping"], default="quick")
+    first.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping", "load"], default="quick")
     chosen, rest = first.parse_known_args(argv)
     if chosen.workload == "scale":  # bookkeeping at 100-1,000 trials: its own options
         from service.benchmarks.scale import main as scale
@@ -272,9 +287,12 @@ def main(argv: list[str] | None = None) -> dict:
     if chosen.workload == "bookkeeping":  # the MLflow logger alone, with a stand-in trainable
         from service.benchmarks.bookkeeping import main as bookkeeping
         return {"rows": bookkeeping(rest)}
+    if chosen.workload == "load":  # the REST API under many clients, with a real Ray head behind it
+        from service.benchmarks.load import main as load
+        return load(rest)
     parser = argparse.ArgumentParser(prog="actsweep bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping"], default="quick",
-                        help="quick, paper, scale or bookkeeping (`actsweep bench --workload scale --help`)")
+    parser.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping", "load"], default="quick",
+                        help="quick, paper, scale, bookkeeping or load (`actsweep bench --workload scale --help`)")
     parser.add_argument("--variants", default=None,
                         help=f"comma list of {', '.join(VARIANTS)} (quick: plain,per_trial,fused; paper: all for the device)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -331,6 +349,9 @@ def main(argv: list[str] | None = None) -> dict:
           + ", ".join(f"{k} {v:.1f}" for k, v in peak.items())
           + ("" if native_bf16 else " (this CPU has no native bf16: bf16 matmuls are emulated)")
           + f"; torch {torch.__version__}", flush=True)
+    shared = native_peaks(peak, native_bf16)  # the peaks the shares below are of
+    if left_out_peaks(peak, native_bf16):
+        print(left_out_peaks(peak, native_bf16), flush=True)
 
     base = {"train_subset": workload["train_examples"], "epochs": epochs, "activation": list(ACTIVATIONS),
             "execution.rerun": True,  # train every variant (the trial cache would reuse the first one's runs)
@@ -350,8 +371,8 @@ def main(argv: list[str] | None = None) -> dict:
                     timed = run_actsweep(overrides, splits, home, at_once)
                 rounds[name].append(timed)
                 steady_gflops = timed["steady_rate"] * per_trial_epoch / 1e9
-                shares = ", ".join(f"{100 * steady_gflops / peak[k]:.{1 if k == 'fp32' else 2}f}% of {k}"
-                                   for k in ("fp32", "tf32", "bf16") if k in peak)
+                shares = ", ".join(f"{100 * steady_gflops / shared[k]:.{1 if k == 'fp32' else 2}f}% of {k}"
+                                   for k in ("fp32", "tf32", "bf16") if k in shared)
                 print(f"{name:<14} {timed['seconds']:7.1f} s  {trial_epochs / timed['seconds']:6.3f} trial-epochs/s end to "
                       f"end, {timed['steady_rate']:6.3f} steady ({steady_gflops:5.1f} GFLOP/s, "
                       f"{shares} peak), fixed start "
@@ -370,7 +391,7 @@ def main(argv: list[str] | None = None) -> dict:
             "gflops": round(flops / best["seconds"] / 1e9, 1), "steady_gflops": round(steady_gflops, 1),
             "fraction_of_peak": round(flops / best["seconds"] / 1e9 / peak["fp32"], 3),
             "steady_fraction_of_fp32_peak": round(steady_gflops / peak["fp32"], 3),
-            **{f"steady_fraction_of_{k}_peak": round(steady_gflops / peak[k], 4) for k in ("tf32", "bf16") if k in peak},
+            **{f"steady_fraction_of_{k}_peak": round(steady_gflops / shared[k], 4) for k in ("tf32", "bf16") if k in shared},
         }
     ops = print_step_ops(args.device)  # (after the timed variants: a 360-member pack's step leaves its memory behind)
     ratios = {}

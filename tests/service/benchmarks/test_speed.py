@@ -40,6 +40,9 @@ def test_the_benchmark_times_every_variant_and_keeps_each_ones_fastest_round(tmp
         assert report["ratios"][f"{over}/plain"] == pytest.approx(min(measured["plain"]) / min(measured[over]),
                                                                   rel=0.05, abs=0.02)
     assert "ratios, end to end unless marked (fastest rounds): fused/plain" in printed
+    if not report["machine"]["native_bf16"]:  # (this AVX2 EPYC): no share of an emulated bf16 matmul, and why
+        assert "% of bf16" not in printed and "no share of a bf16 peak: this CPU has no native bf16" in printed
+        assert all("steady_fraction_of_bf16_peak" not in found for found in report["results"].values())
 
 
 def test_the_benchmark_refuses_one_epoch_naming_the_option(capsys):

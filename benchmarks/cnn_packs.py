@@ -1,4 +1,4 @@
-"""Do convolutional nets gain from training as a pack? ``python -m service.benchmarks.cnn_packs``.
+"""Do convolutional nets gain from training as a pack? ``python benchmarks/cnn_packs.py``.
 
 cifar10_shallow's net (workers.models.ShallowCIFARNet: 9 convs with batch norm, dropout, Gaussian
 input noise) on synthetic 3 × 16 × 16 images, P members, one training step each (forward,
@@ -17,13 +17,18 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
-from service.benchmarks import median_seconds
 from workers.models import build_model
+
+if __package__ in (None, ""):  # run as a script (python benchmarks/cnn_packs.py): the checkout's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import median_seconds  # noqa: E402
 
 MODEL = {"kind": "cifar_shallow", "width": 96, "input_noise": 0.15, "init": "torch_default"}  # cifar10_shallow's
 

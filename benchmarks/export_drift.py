@@ -1,4 +1,4 @@
-"""How far a rerun's numbers moved from a record's: ``python -m service.benchmarks.export_drift OLD NEW [--spread EXPORT ...]``.
+"""How far a rerun's numbers moved from a record's: ``python benchmarks/export_drift.py OLD NEW [--spread EXPORT ...]``.
 
 OLD and NEW are exports (``actsweep export``) of the same grid points trained twice, for example
 a committed seed slice and the same slice trained again by newer code. Per metric and activation,

@@ -1,7 +1,7 @@
 """How the fused engine's rate grows with the pack, on a CPU or a GPU: ``workers.fused.train_pack``
 alone (``actsweep bench``'s engine variants), one pack of every trial per row.
 
-    python -m service.benchmarks.engine_scaling --device cuda --members 24,96,384 --variants engine,engine_eager
+    python benchmarks/engine_scaling.py --device cuda --members 24,96,384 --variants engine,engine_eager
 
 The Fig. 2 MLP on MNIST, or synthetic data of its shape where MNIST is not installed; each row
 prints its steady trial-epochs per second and its share of each peak the run measured first.
@@ -19,10 +19,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     import json
     import os
 
-    from service.benchmarks.speed import (ACTIVATIONS, ENGINE, flops_per_trial_epoch, load_mnist_or_synthetic, peaks,
-                                          run_engine)
+    from service.benchmarks.speed import (ACTIVATIONS, ENGINE, flops_per_trial_epoch, left_out_peaks,
+                                          load_mnist_or_synthetic, native_peaks, peaks, run_engine)
+    from workers.precision import has_native_bf16
 
-    parser = argparse.ArgumentParser(prog="python -m service.benchmarks.engine_scaling", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python benchmarks/engine_scaling.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--members", default="24,96,384", help="comma list of pack sizes (multiples of 3)")
     parser.add_argument("--variants", default="engine,engine_eager", help=f"comma list of {', '.join(ENGINE)}")
@@ -33,12 +34,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     splits = load_mnist_or_synthetic(None)
     cores = os.cpu_count() or 1
-    peak = peaks(cores, args.device, True)
+    native_bf16 = has_native_bf16() if args.device == "cpu" else True
+    measured = peaks(cores, args.device, native_bf16)
+    peak = native_peaks(measured, native_bf16)  # shares are taken only of the peaks the hardware has
     evaluated = len(splits.train_y) + len(splits.val_y) + len(splits.test_y)
     per_trial_epoch = flops_per_trial_epoch(len(splits.train_y), evaluated)
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(f"{name}; peaks (GFLOP/s): " + ", ".join(f"{k} {v:.1f}" for k, v in peak.items()) + f"; torch {torch.__version__}",
           flush=True)
+    if left_out_peaks(measured, native_bf16):
+        print(left_out_peaks(measured, native_bf16), flush=True)
     rows = []
     for members in (int(m) for m in args.members.split(",")):
         grid = [{"activation": a, "dropout": args.dropout, "seed": s} for a in ACTIVATIONS for s in range(members // 3)]

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import workers.fused
-from service.benchmarks import wide_gemm
-from service.benchmarks.wide_gemm import evaluation_seconds, main
+from benchmarks import wide_gemm
+from benchmarks.wide_gemm import evaluation_seconds, main
 
 
 def test_the_wide_gemm_benchmark_times_every_way_and_the_evaluation_batches(capsys):

@@ -1,4 +1,4 @@
-"""Does a pack's shared-input first layer gain from one wide GEMM? ``python -m service.benchmarks.wide_gemm``.
+"""Does a pack's shared-input first layer gain from one wide GEMM? ``python benchmarks/wide_gemm.py``.
 
 Where a pack's members read the same rows (evaluation always; training when their seeds, so their
 data orders, agree), the first layer of all P members can be one (B × D) @ (D × P·H) matmul in
@@ -25,14 +25,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import torch
 
 import workers.fused
-from service.benchmarks import median_seconds
 from workers.fused import StackedNet, evaluate_pack
 from workers.models import build_model
 from workers.train import EVAL_BATCH
+
+if __package__ in (None, ""):  # run as a script (python benchmarks/wide_gemm.py): the checkout's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import median_seconds  # noqa: E402
 
 FAN_IN, UNITS = 784, 128  # the GELU paper's MNIST classifier: 784 inputs, 128 units per layer
 

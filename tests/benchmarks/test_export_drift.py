@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from service.benchmarks.export_drift import drift
+from benchmarks.export_drift import drift
 
 
 def _export(seed: int, scale: float = 1.0) -> pd.DataFrame:

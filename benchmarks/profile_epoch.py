@@ -1,4 +1,4 @@
-"""Where a fused pack's epoch goes: ``python -m service.benchmarks.profile_epoch [--members 12]``.
+"""Where a fused pack's epoch goes: ``python benchmarks/profile_epoch.py [--members 12]``.
 
 The paper workload (mnist_classification's trials: the GELU paper's 8 × 128 classifier, Adam,
 batch 128, all 55,000 training images, 70,000 evaluated per epoch, 13 noisy test copies after the

@@ -1,4 +1,4 @@
-"""The API's cold start: ``python -m service.benchmarks.coldstart [CHECKOUT] [N]``.
+"""The API's cold start: ``python benchmarks/coldstart.py [CHECKOUT] [N]``.
 
 In a checkout of actsweep (this one by default; an older one to compare), N times (5): importing
 ``service.api.main`` and building the app in a new process (its time and peak memory), and

@@ -1,7 +1,7 @@
 """The convolutional-pack benchmark runs both ways in one process and prints what it measured."""
 import json
 
-from service.benchmarks.cnn_packs import main
+from benchmarks.cnn_packs import main
 
 
 def test_the_cnn_pack_benchmark_times_alone_and_vmap_steps(capsys):
