@@ -69,7 +69,7 @@ class Verdict:
     towards: str = ""  # the order the test leans to: "reproduced" or "not reproduced"
     delta: float | None = None  # a "lower" claim: the equivalence margin ±δ (smallest_effect × the other's median)
     p_equivalent: float | None = None  # TOST of |mean difference| < δ (raw)
-    p_equivalent_adjusted: float | None = None  # with the direction tests, over the family (statistics.holm_pairs)
+    p_equivalent_adjusted: float | None = None  # with the direction tests, over the family (statistics.family_adjusted_p)
 
 
 def median_with_interval(values: list[float]) -> tuple[float, float, float, float]:
@@ -188,13 +188,17 @@ def compare(better: ReportedRow, worse: ReportedRow, claim: str, paper: tuple, w
 def decide(found: list[Verdict], alpha: float = st.ALPHA, smallest_effect: float = 0.02) -> list[Verdict]:
     """Decide a family of claims. Each "lower" claim holds two hypotheses, no difference (its
     direction test) and a difference of at least δ (its TOST); a "ties or better" claim one. They are
-    adjusted together (statistics.holm_pairs: Holm's step-down, Shaffer's counts). A claim whose
-    direction test's adjusted p is below ``alpha`` is decided in the order that test leans to; else
-    one whose TOST's is, "equivalent"; else it is inconclusive and says how many seeds would decide
-    it with 80% power (at the Bonferroni level of the family)."""
+    adjusted together (statistics.family_adjusted_p: closed testing, the direction tests holding
+    95% of alpha with Holm's step-down, the equivalence tests 5%). A claim whose direction test's
+    adjusted p is below ``alpha`` is decided in the order that test leans to; else one whose TOST's
+    is, "equivalent"; else it is inconclusive and says how many seeds would decide it with 80% power
+    (at the family's first-step level for each test)."""
     tested = [v for v in found if v.verdict != "diverged"]
-    direction, equivalence = st.holm_pairs([math.nan if v.p_value is None else v.p_value for v in tested],
-                                           [math.nan if v.p_equivalent is None else v.p_equivalent for v in tested])
+    direction, equivalence = st.family_adjusted_p(
+        [math.nan if v.p_value is None else v.p_value for v in tested],
+        [math.nan if v.p_equivalent is None else v.p_equivalent for v in tested])
+    with_equivalence = sum(v.p_equivalent is not None for v in tested)
+    direction_multiplier, equivalence_multiplier = st.split_multipliers(len(tested), with_equivalence)
     for v, p, q in zip(tested, direction, equivalence):
         v.p_adjusted = None if math.isnan(p) else p
         v.p_equivalent_adjusted = None if math.isnan(q) else q
@@ -203,17 +207,19 @@ def decide(found: list[Verdict], alpha: float = st.ALPHA, smallest_effect: float
         elif v.p_equivalent_adjusted is not None and v.p_equivalent_adjusted < alpha:
             v.verdict, v.seeds_needed = "equivalent", ""
         else:
-            v.verdict, v.seeds_needed = "inconclusive", _seeds_needed(v, alpha / max(len(tested), 1), smallest_effect)
+            v.verdict, v.seeds_needed = "inconclusive", _seeds_needed(
+                v, alpha / direction_multiplier, alpha / equivalence_multiplier, smallest_effect)
     return found
 
 
-def _seeds_needed(v: Verdict, level: float, smallest_effect: float) -> str:
+def _seeds_needed(v: Verdict, level: float, equivalence_level: float, smallest_effect: float) -> str:
     effect = v.effect
     if effect is None or effect.n < 2 or math.isnan(effect.spread):
         return "needs 3 or more seeds a side"
     distance = effect.mean_difference - (v.margin or 0.0)
     to_order = st.seeds_needed(distance, effect.spread, level)
-    to_tie = st.seeds_for_equivalence(effect.mean_difference, effect.spread, v.delta, level) if v.delta else None
+    to_tie = (st.seeds_for_equivalence(effect.mean_difference, effect.spread, v.delta, equivalence_level)
+              if v.delta and equivalence_level > 0 else None)
     if to_tie is not None and (to_order is None or to_tie < to_order):
         return f"needs about {to_tie} seeds to show equivalence within ±{v.delta:.3g}"
     return f"needs about {to_order} seeds" if to_order else "needs more than 1000 seeds"

@@ -10,6 +10,8 @@ and verdicts as the driver saw when it stopped.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -53,7 +55,7 @@ class SequentialOutcome:
     max_seeds: int
     decided_at: dict[str, int] = field(default_factory=dict)  # claim → index of the deciding look (-1: open)
     p_values: dict[str, list[float]] = field(default_factory=dict)  # claim → p at each look
-    levels: dict[str, list[float]] = field(default_factory=dict)  # claim → the alpha each look spent (equal shares)
+    levels: dict[str, list[float]] = field(default_factory=dict)  # claim → the alpha its direction test spent a look
 
     @property
     def open_claims(self) -> list[Verdict]:
@@ -99,16 +101,21 @@ def sequential_verdicts(runs: pd.DataFrame, spec: dict) -> SequentialOutcome:
         last = (numbers, claims)
     decisions = st.sequential_decisions(looks, plan["max_seeds"], alpha)
     outcome = SequentialOutcome(*last, taken, plan["max_seeds"])
-    still_open = sum(verdict == "inconclusive" for verdict, _ in decisions.values())
+    # the direction test's share of alpha, for the levels shown: an open claim's at the end (the decided
+    # claims' shares passed to it), a decided one's at the first look's even split at least
+    verdict_of = {key: verdict for key, (verdict, _) in decisions.items()}
+    tied = {key for key, history in looks.items() if any(not math.isnan(look.p_equivalent) for look in history)}
+    direction_open = [key for key in looks if verdict_of[key] in ("inconclusive", "equivalent")]
+    equivalence_open = [key for key in tied if verdict_of[key] != "equivalent"]
+    share_open = alpha / st.split_multipliers(max(len(direction_open), 1), len(equivalence_open))[0]
+    share_first = alpha / st.split_multipliers(max(len(looks), 1), len(tied))[0]
     for v in last[0] + last[1]:
         key = claim_key(v)
         verdict, at = decisions.get(key, ("inconclusive", -1))
         history = looks.get(key, [])
         outcome.decided_at[key] = at
         outcome.p_values[key] = [look.p_value for look in history]
-        # the levels at the claim's share: an open claim's at the end (the decided ones' shares passed
-        # to it), a decided one's at the equal share it had at least
-        share = alpha / max(still_open if verdict == "inconclusive" else len(looks), 1)
+        share = share_open if verdict == "inconclusive" else share_first
         outcome.levels[key] = st.look_levels([look.seeds for look in history], plan["max_seeds"], share)
         if v.verdict == "diverged":
             continue

@@ -17,8 +17,9 @@ initialisation stream, the data order and the dropout masks (Bouthillier et al.,
   alpha/2 (one half of TOST, the two one-sided tests of equivalence: the claim needs no more).
 - A difference too small to matter is a decision too: "equivalent" where TOST (Schuirmann 1987;
   Lakens 2017) shows the mean paired difference within ±δ, δ the spec's smallest effect of
-  interest. Each claim then holds two hypotheses, of which at most one can be true; they share the
-  family's alpha by Holm's step-down with Shaffer's counts (:func:`holm_pairs`).
+  interest. Each claim then holds two hypotheses, of which at most one can be true. The family's
+  direction tests hold 95% of alpha and its equivalence tests 5%, each part with Holm's step-down,
+  by closed testing with a claim's two tests at one level (:func:`family_rejections`).
 - Power: the seeds a paired t-test needs for 80% power at the observed effect and spread.
 - Seeds until decided: each claim spends its alpha over looks by the Lan–DeMets
   O'Brien–Fleming-type function; a look tests at the alpha spent since the last one, so the
@@ -36,6 +37,9 @@ from scipy import special, stats
 
 ALPHA = 0.05  # the family-wise error rate of a record's verdicts
 POWER = 0.80  # the power "seeds needed" aims at
+# the share of a family's alpha its equivalence tests hold while a direction test is open (the rest is
+# the direction tests'): docs/statistics.md, "One family", says why 5% and what it costs
+EQUIVALENCE_SHARE = 0.05
 
 
 # -- intervals -----------------------------------------------------------------------------------------
@@ -145,27 +149,99 @@ def tost_p(differences, delta: float) -> float:
     return max(paired_t_p(differences, -delta, "greater"), paired_t_p(differences, delta, "less"))
 
 
-def holm_pairs(direction: list[float], equivalence: list[float]) -> tuple[list[float], list[float]]:
-    """Step-down adjusted p-values for a family of claims, each with two hypotheses of which at
-    most one can be true: "no difference" (rejected: a direction is decided) and "a difference of
-    at least δ" (rejected: equivalent within ±δ). Holm's step-down with Shaffer's (1986) counts: a
-    step's multiplier is the number of claims that still have an unrejected hypothesis, since no
-    more than that many nulls can be true. With no equivalence p-values (NaN) it is Holm's method
-    on the direction tests; the first step's multiplier is the number of claims either way."""
-    items = sorted((p, claim, kind) for kind, ps in enumerate((direction, equivalence))
-                   for claim, p in enumerate(ps) if not math.isnan(p))
-    adjusted = ([math.nan] * len(direction), [math.nan] * len(equivalence))
-    remaining = {}
-    for _, claim, _ in items:
-        remaining[claim] = remaining.get(claim, 0) + 1
-    running = 0.0
-    for p, claim, kind in items:
-        running = max(running, min(1.0, len(remaining) * p))
-        adjusted[kind][claim] = running
-        remaining[claim] -= 1
-        if not remaining[claim]:
-            del remaining[claim]
-    return adjusted
+# -- a family of claims: direction and equivalence together ---------------------------------------------
+
+def split_multipliers(n_direction: int, n_equivalence: int, share: float = EQUIVALENCE_SHARE) -> tuple[float, float]:
+    """What a direction and an equivalence p-value are multiplied by (the reciprocal of their share of
+    alpha) in the local test of an intersection of ``n_direction`` direction and ``n_equivalence``
+    equivalence hypotheses: the equivalence tests hold ``share`` of alpha and the direction tests
+    the rest, each part split evenly; a part with no hypothesis there leaves all of alpha to the
+    other (inf: that kind is not in the intersection)."""
+    if n_equivalence == 0:
+        return float(n_direction), math.inf
+    if n_direction == 0:
+        return math.inf, float(n_equivalence)
+    return n_direction / (1 - share), n_equivalence / share
+
+
+def _scaled(p: np.ndarray, multiplier: float) -> np.ndarray:
+    """p × multiplier: the alpha from which a local test rejects with it (inf: never)."""
+    return p * multiplier if math.isfinite(multiplier) else np.full(p.shape, np.inf)
+
+
+def family_rejections(direction, equivalence, alpha=ALPHA, share: float = EQUIVALENCE_SHARE):
+    """Which hypotheses a family of claims rejects: (direction rejected, equivalence rejected), boolean
+    arrays shaped like the p-value arrays ``direction`` and ``equivalence`` (..., claims; NaN: the
+    claim has no such test). ``alpha`` is a number, or an array over the leading axes.
+
+    Each claim holds two hypotheses, "no difference" (its direction test) and "a difference of at
+    least δ" (its TOST), of which at most one is true. Closed testing (Marcus, Peritz & Gabriel 1976):
+    a hypothesis is rejected when every intersection of hypotheses that contains it is rejected by its
+    local test, a weighted Bonferroni test with :func:`split_multipliers`. An intersection takes at most
+    one hypothesis of each claim (the two cannot both be true: three-sided testing, Goeman, Solari &
+    Stijnen 2010, so a claim's two tests share its level without a split). The weights depend only on
+    how many hypotheses of each kind an intersection holds, so it is enough to ask, for each pair of
+    counts, whether enough other claims keep a hypothesis of each kind unrejected at those weights.
+    With no equivalence p-values it is Holm's procedure on the direction tests.
+    """
+    p_direction, p_equivalence = np.asarray(direction, dtype=float), np.asarray(equivalence, dtype=float)
+    alpha = np.asarray(alpha, dtype=float)[..., None]
+    has_direction, has_equivalence = ~np.isnan(p_direction), ~np.isnan(p_equivalence)
+    claims = p_direction.shape[-1]
+    direction_kept = np.zeros(np.broadcast_shapes(p_direction.shape, alpha.shape), dtype=bool)
+    equivalence_kept = direction_kept.copy()
+    for n_direction in range(claims + 1):
+        for n_equivalence in range(claims + 1 - n_direction):
+            if n_direction + n_equivalence == 0:
+                continue
+            m_direction, m_equivalence = split_multipliers(n_direction, n_equivalence, share)
+            # a hypothesis can sit in such an intersection without its local test rejecting there
+            stays_direction = has_direction & (_scaled(p_direction, m_direction) > alpha)
+            stays_equivalence = has_equivalence & (_scaled(p_equivalence, m_equivalence) > alpha)
+            # the other claims that can fill the rest: by direction only, by equivalence only, or either
+            only_direction = stays_direction & ~stays_equivalence
+            only_equivalence = stays_equivalence & ~stays_direction
+            either = stays_direction & stays_equivalence
+            a = only_direction.sum(-1, keepdims=True) - only_direction
+            b = only_equivalence.sum(-1, keepdims=True) - only_equivalence
+            c = either.sum(-1, keepdims=True) - either
+
+            def fills(need_direction: int, need_equivalence: int) -> np.ndarray:
+                return ((need_direction <= a + c) & (need_equivalence <= b + c)
+                        & (need_direction + need_equivalence <= a + b + c))
+
+            if n_direction:
+                direction_kept |= stays_direction & fills(n_direction - 1, n_equivalence)
+            if n_equivalence:
+                equivalence_kept |= stays_equivalence & fills(n_direction, n_equivalence - 1)
+    return has_direction & ~direction_kept, has_equivalence & ~equivalence_kept
+
+
+def family_adjusted_p(direction: list[float], equivalence: list[float],
+                      share: float = EQUIVALENCE_SHARE) -> tuple[list[float], list[float]]:
+    """The adjusted p-values of :func:`family_rejections`: each hypothesis's smallest alpha at which
+    the family rejects it (1 where none up to 1 does; NaN where the claim has no such test). A
+    rejection can change only at an alpha where some p-value meets some weight, so every such alpha
+    is tried at once (as a leading axis of :func:`family_rejections`)."""
+    p_direction, p_equivalence = np.asarray(direction, dtype=float), np.asarray(equivalence, dtype=float)
+    claims = len(p_direction)
+    if claims == 0:
+        return [], []
+    candidates = {1.0}
+    for n_direction in range(claims + 1):
+        for n_equivalence in range(claims + 1 - n_direction):
+            if n_direction + n_equivalence:
+                for p, multiplier in zip((p_direction, p_equivalence), split_multipliers(n_direction, n_equivalence, share)):
+                    candidates.update(float(v) for v in _scaled(p, multiplier) if v <= 1.0)
+    levels = np.array(sorted(candidates))
+    shape = (len(levels), claims)
+    rejected = family_rejections(np.broadcast_to(p_direction, shape), np.broadcast_to(p_equivalence, shape),
+                                 levels, share)
+    adjusted = []
+    for p, when in zip((p_direction, p_equivalence), rejected):
+        first = np.where(when.any(0), levels[np.argmax(when, 0)], 1.0)
+        adjusted.append([math.nan if math.isnan(q) else float(a) for q, a in zip(p, first)])
+    return adjusted[0], adjusted[1]
 
 
 def seeds_for_equivalence(effect: float, spread: float, delta: float, alpha: float = ALPHA,
@@ -307,13 +383,15 @@ def sequential_decisions(looks: dict[str, list[ClaimLook]], max_seeds: int,
     Each claim holds two hypotheses, "no difference" and "a difference of at least δ", each with a
     group-sequential test: at a look with n of ``max_seeds`` seeds it tests at the alpha its
     O'Brien–Fleming-type spending function spends since its last look (:func:`look_levels`), so over
-    all its looks it spends at most its claim's share. Holm's step-down shares alpha among the
-    claims that still have an unrejected hypothesis (at most one of a claim's two can be true, as in
-    :func:`holm_pairs`); when both of a claim's are rejected, or its only one, its share goes to the
-    others, which are tested again at every look so far with the larger share (Maurer & Bretz, Stat.
-    Biopharm. Res. 2013). The family-wise chance of a false decision stays at most ``alpha``
-    (tests/service/reporting/test_statistics.py checks it by simulation: no difference, a
-    difference of exactly δ, and a clear effect).
+    all its looks it spends at most its share. The shares are those of :func:`family_rejections`
+    without its three-sided refinement: the equivalence hypotheses still open hold
+    :data:`EQUIVALENCE_SHARE` of alpha and the direction hypotheses still open the rest, each part
+    split evenly among them (Holm's step-down within each part); a rejected hypothesis's share goes
+    to the others of its kind, and when a kind has none left, to the other kind. The others are then
+    tested again at every look so far with the larger share (the graphical approach for
+    group-sequential trials, Maurer & Bretz, Stat. Biopharm. Res. 2013). The family-wise chance of
+    a false decision stays at most ``alpha`` (tests/service/reporting/test_statistics.py checks it
+    by simulation: no difference, a difference of exactly δ, and a clear effect).
     """
     hypotheses = {(claim, kind) for claim, history in looks.items() for kind in ("direction", "equivalence")
                   if kind == "direction" or any(not math.isnan(look.p_equivalent) for look in history)}
@@ -324,13 +402,14 @@ def sequential_decisions(looks: dict[str, list[ClaimLook]], max_seeds: int,
         changed = True
         while changed:
             changed = False
-            open_claims = {claim for claim, kind in hypotheses - set(rejected)}
-            if not open_claims:
+            still_open = hypotheses - set(rejected)
+            if not still_open:
                 break
-            share = alpha / len(open_claims)
-            for claim, kind in sorted(hypotheses - set(rejected)):
+            multipliers = dict(zip(("direction", "equivalence"), split_multipliers(
+                sum(kind == "direction" for _, kind in still_open), sum(kind == "equivalence" for _, kind in still_open))))
+            for claim, kind in sorted(still_open):
                 history = looks[claim][:k + 1]
-                levels = look_levels([look.seeds for look in history], max_seeds, share)
+                levels = look_levels([look.seeds for look in history], max_seeds, alpha / multipliers[kind])
                 p_values = [look.p_value if kind == "direction" else look.p_equivalent for look in history]
                 hit = next((i for i, (p, level) in enumerate(zip(p_values, levels))
                             if not math.isnan(p) and p <= level), None)

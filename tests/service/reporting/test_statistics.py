@@ -13,6 +13,7 @@ from scipy import stats
 
 from service.reporting import statistics as st
 from service.reporting.paper_table import ReportedRow, compare, decide, median_with_interval
+from tests.service.reporting import family_simulation as sim
 
 SEEDS = (3, 5, 10, 20)
 NOISES = ("normal", "lognormal", "t2")
@@ -183,8 +184,20 @@ def _tie_family(rng, n, shifts, noises, reps):
     return outcomes
 
 
-def _rate(outcomes, wrong) -> float:
-    return float(np.mean([any(v in wrong for v in o) for o in outcomes]))
+def test_decide_gives_the_words_of_the_family_rejections():
+    """The report's decision code (paper_table.decide) says what the simulated procedure decides:
+    its direction where that is rejected, else "equivalent" where that is."""
+    rng = np.random.default_rng(9)
+    for shifts in ([0.0] * 3, [DELTA] * 3, [-2.5 * DELTA] * 3, [0.0, -2.5 * DELTA, 0.3 * DELTA]):
+        for _ in range(40):
+            claims = [compare(_row("gelu", 1.0 + shift + 0.01 * rng.normal(size=8)), _row(f"act{i}", 1.0 + 0.01 * rng.normal(size=8)),
+                              f"gelu < act{i} on test_error", (None, None), smallest_effect=DELTA)
+                      for i, shift in enumerate(shifts)]
+            words = [v.verdict for v in decide(claims)]
+            direction, equivalence = st.family_rejections(np.array([[v.p_value for v in claims]]),
+                                                          np.array([[v.p_equivalent for v in claims]]))
+            assert words == [v.towards if d else "equivalent" if e else "inconclusive"
+                             for v, d, e in zip(claims, direction[0], equivalence[0])]
 
 
 def test_tost_is_the_larger_one_sided_p_and_decides_a_tie():
@@ -193,37 +206,75 @@ def test_tost_is_the_larger_one_sided_p_and_decides_a_tie():
     assert st.tost_p(d + 0.02, 0.01) > 0.5 and math.isnan(st.tost_p(d, 0.0))
 
 
-def test_holm_pairs_is_holm_without_equivalence_and_counts_claims_not_hypotheses():
+def test_the_family_is_holm_without_equivalence_and_a_decided_claim_no_longer_holds_the_others_back():
     direction = [0.01, 0.04, 0.03]
-    assert st.holm_pairs(direction, [math.nan] * 3)[0] == pytest.approx(st.holm(direction))
-    # two claims, four hypotheses: the first step multiplies by 2 (claims), not 4; claim 0's second
-    # hypothesis still counts it, so the next step multiplies by 2 again; then 1
-    adjusted_direction, adjusted_equivalence = st.holm_pairs([0.01, 0.02], [0.5, 0.03])
-    assert adjusted_direction == pytest.approx([0.02, 0.04]) and adjusted_equivalence == pytest.approx([0.5, 0.06])
+    assert st.family_adjusted_p(direction, [math.nan] * 3)[0] == pytest.approx(st.holm(direction))
+    # claim 0 decided by its direction, its TOST far from rejecting (a clear effect): claim 1's
+    # direction is tested at 95% of alpha, not at alpha / 2 as under Shaffer's counts (0.04)
+    adjusted_direction, adjusted_equivalence = st.family_adjusted_p([0.001, 0.02], [0.9, 0.9])
+    assert adjusted_direction == pytest.approx([0.002, 0.02 / 0.95])
+    # a tie among decided claims: once the others' directions are rejected, its TOST gets all of alpha
+    adjusted_direction, adjusted_equivalence = st.family_adjusted_p([1e-6, 1e-6, 0.7], [0.9, 0.9, 0.03])
+    assert adjusted_equivalence[2] == pytest.approx(0.03 * 3) and adjusted_direction[:2] == pytest.approx([3e-6] * 2)
 
 
-@pytest.mark.slow  # thousands of simulated decisions through the real decision code
-@pytest.mark.parametrize("n", [5, 10, 20])
-def test_equivalence_keeps_the_family_wise_error_at_no_difference_at_delta_and_on_a_clear_effect(n):
-    """Three claims to a family, 400 families a case. No difference: a decided order is false.
-    A difference of exactly δ (gelu worse): "equivalent" or "reproduced" is false. A clear effect
-    (gelu better by 2.5 δ): "not reproduced" or "equivalent" is false, and most are decided. And a
-    family whose first claim is an easy tie (tiny noise) beside two noisy null claims: the tie is
-    decided, and no order is decided falsely more often (its second hypothesis still counts it)."""
-    rng = np.random.default_rng(100 + n)
-    bound = 0.05 + 4 * math.sqrt(0.05 * 0.95 / 400)
-    null = _tie_family(rng, n, [0.0] * 3, [0.01] * 3, 400)
-    assert _rate(null, {"reproduced", "not reproduced"}) <= bound
-    at_delta = _tie_family(rng, n, [DELTA] * 3, [0.01] * 3, 400)
-    assert _rate(at_delta, {"equivalent", "reproduced"}) <= bound
-    clear = _tie_family(rng, n, [-2.5 * DELTA] * 3, [0.01] * 3, 400)
-    assert _rate(clear, {"not reproduced", "equivalent"}) <= bound
-    assert np.mean([v == "reproduced" for o in clear for v in o]) >= 0.9
-    mixed = _tie_family(rng, n, [0.0] * 3, [0.0005, 0.05, 0.05], 400)
-    assert np.mean([o[0] == "equivalent" for o in mixed]) >= 0.9
-    assert _rate(mixed, {"reproduced", "not reproduced"}) <= bound
-    if n >= 10:  # and ties are decided: the power the word was added for
-        assert np.mean([v == "equivalent" for o in null for v in o]) >= 0.8
+def test_the_adjusted_p_values_decide_as_the_closed_test_does():
+    rng = np.random.default_rng(4)
+    for _ in range(60):
+        claims = int(rng.integers(1, 9))
+        direction, equivalence = rng.uniform(size=claims) ** 3, rng.uniform(size=claims) ** 3
+        equivalence[rng.uniform(size=claims) < 0.2] = np.nan
+        adjusted = [np.nan_to_num(a, nan=2.0) for a in st.family_adjusted_p(list(direction), list(equivalence))]
+        for alpha in (0.01, 0.05, 0.2):
+            rejected = st.family_rejections(direction, equivalence, alpha)
+            assert all(np.array_equal(r, a <= alpha) for r, a in zip(rejected, adjusted))
+
+
+CELLS_OF_THE_TABLE = [(case, claims, seeds) for case in sim.CASES for claims in sim.CLAIMS for seeds in sim.SEEDS]
+
+
+@pytest.mark.parametrize("case,claims,seeds", CELLS_OF_THE_TABLE)
+def test_the_family_wise_error_is_at_most_5_percent_in_every_cell(case, claims, seeds):
+    """docs/statistics.md's table, cell by cell (2,000 families each): a decided order where there is
+    no difference, "equivalent" or the wrong order at a difference of exactly δ, "not reproduced"
+    or "equivalent" on a clear effect; at most 5% plus 4 simulation standard errors."""
+    error, _, _ = sim.cell(case, claims, seeds, ("now",))["now"]
+    assert error <= sim.bound(), (case, claims, seeds, error)
+
+
+POWER_MARGIN = 0.05  # the most power on a clear effect may fall below Holm's on the direction tests alone
+
+
+@pytest.mark.parametrize("claims,seeds", [(claims, seeds) for claims in sim.CLAIMS for seeds in sim.SEEDS])
+def test_power_on_a_clear_effect_is_within_5_points_of_holm_on_the_directions_alone(claims, seeds):
+    """The effect one paired t-test at alpha / claims decides half the time, on every claim: the
+    family decides the true order about as often as Holm's step-down on the direction tests alone
+    (at 3 seeds and 7 claims, 84% against 87%, where the procedure before decided 51%)."""
+    found = sim.cell("clear", claims, seeds, ("now", "holm"))
+    assert found["now"][1] >= found["holm"][1] - POWER_MARGIN, found
+
+
+@pytest.mark.parametrize("index", range(len(sim.MIXED)))
+def test_mixed_families_keep_the_family_wise_error(index):
+    """Families that mix ties, claims at exactly δ, clear effects and nulls: where a procedure that
+    passes alpha on too freely overspends. "A decided claim leaves the family" (Holm over claims,
+    each decided by its smaller p) does, at 10 claims at exactly δ beside 2 nulls: its undecided
+    claims keep their TOST at the larger levels the decided ones left."""
+    found = sim.mixed_cell(index, ("now", "leaves"))
+    assert found["now"][0] <= sim.bound(), found
+    if index == 1:
+        assert found["leaves"][0] > sim.bound(), found
+
+
+def test_equivalence_is_still_decided_where_the_directions_leave_it_alpha():
+    """One claim alone, or ties once every direction is decided, test equivalence at all of alpha;
+    ties among open claims hold 5% of it (docs/statistics.md says what that costs)."""
+    rng = np.random.default_rng(8)
+    p_direction, p_equivalence, _ = sim.draw(rng, np.zeros(1), 11, 2000, 1.5)
+    alone = st.family_rejections(p_direction, p_equivalence)[1].mean()
+    assert alone == pytest.approx(np.mean(p_equivalence <= st.ALPHA))
+    null = sim.cell("null", 2, 11, ("now", "before"))
+    assert 0.1 <= null["now"][2] < null["before"][2]
 
 
 # -- seeds until decided ------------------------------------------------------------------------------
@@ -271,7 +322,7 @@ def test_until_decided_keeps_the_family_wise_error_under_the_null():
 def test_until_decided_with_equivalence_keeps_the_family_wise_error_over_the_looks():
     """Two claims, looks at 3, 5, ..., 15 seeds, both boundaries: at no difference no order is
     decided falsely, at a difference of exactly δ no "equivalent", on a clear effect neither the
-    wrong order nor "equivalent"; ties and clear effects stop before the budget."""
+    wrong order nor "equivalent"; clear effects stop before the budget."""
     rng = np.random.default_rng(21)
     bound = 0.05 + 4 * math.sqrt(0.05 * 0.95 / 500)
     cases = {"none": (0.0, {"reproduced", "not reproduced"}), "delta": (DELTA, {"equivalent", "reproduced"}),
@@ -280,8 +331,8 @@ def test_until_decided_with_equivalence_keeps_the_family_wise_error_over_the_loo
         runs = [_sequential(rng, [shift, shift], 3, 2, 15, delta=DELTA, sd=0.01) for _ in range(500)]
         rate = np.mean([any(v in wrong for v, _ in r.values()) for r, _ in runs])
         assert rate <= bound, (name, rate)
-        if name != "delta":
-            assert np.median([n for _, n in runs]) < 15, name  # decided before the budget
+        if name == "clear":  # decided before the budget (ties hold 5% of alpha while an order is open: they
+            assert np.median([n for _, n in runs]) < 15, name  # tend to run to it, docs/statistics.md)
 
 
 def test_until_decided_stops_early_on_a_clear_effect_and_at_the_budget_on_a_null():
