@@ -173,9 +173,18 @@ def curve_metrics(results: SweepResults) -> list[str]:
     return list(dict.fromkeys(m for m in wanted if m in results.runs))
 
 
+# the plotted f and f′ are rounded to this many decimals: far below a pixel (8 units span ~400 pixels),
+# and far above the last bits in which vector paths differ (float64, ~1e-16), so every CPU plots
+# the same numbers and writes the same PNG bytes
+PLOTTED_DECIMALS = 6
+
+
 def activation_figure(names: list[str], expressions: dict[str, str] | None = None, paint: "_Painter | None" = None) -> bytes:
     """f and f′ of each activation on [−4, 4], like the GELU paper's Fig. 1 (f′ by autograd; a
-    learnable parameter at its initial value; SOI as its expectation)."""
+    learnable parameter at its initial value; SOI as its expectation). Computed in float64 and
+    rounded to :data:`PLOTTED_DECIMALS` before drawing, so the image does not depend on which vector
+    instructions the CPU gives numpy and torch."""
+    import numpy as np
     import torch
 
     from workers.activation_defs import parse_name
@@ -184,13 +193,15 @@ def activation_figure(names: list[str], expressions: dict[str, str] | None = Non
     paint = paint or _Painter(names)
     figure = Figure(figsize=(10, 4))
     ax_f, ax_df = figure.subplots(1, 2)
-    x = torch.linspace(-4, 4, 801, requires_grad=True)
+    x = torch.linspace(-4, 4, 801, dtype=torch.float64, requires_grad=True)
+    plotted_x = np.round(x.detach().numpy(), PLOTTED_DECIMALS)
     for name in names:
-        layer = Activation(parse_name(name, expressions or {}), units=1).eval()
+        layer = Activation(parse_name(name, expressions or {}), units=1).double().eval()
         y = layer(x.unsqueeze(1)).squeeze(1)
         (dy,) = torch.autograd.grad(y.sum(), x)
         for ax, values in ((ax_f, y), (ax_df, dy)):
-            ax.plot(x.detach().numpy(), values.detach().numpy(), label=name, color=paint.colours.get(name))
+            ax.plot(plotted_x, np.round(values.detach().numpy(), PLOTTED_DECIMALS), label=name,
+                    color=paint.colours.get(name))
     for ax, label in ((ax_f, "f(x)"), (ax_df, "f′(x)")):
         ax.set_xlabel("x")
         ax.set_ylabel(label)

@@ -321,6 +321,16 @@ def look_levels(seeds_at_looks: list[int], max_seeds: int, alpha: float = ALPHA)
 
 # -- one comparison ------------------------------------------------------------------------------------
 
+PUBLISHED_DIGITS = 10  # significant digits of a number computed through exp and log
+
+
+def published(value: float) -> float:
+    """``value`` at :data:`PUBLISHED_DIGITS` significant digits. numpy's exp and log are vectorised
+    differently on different CPUs (AVX-512, AVX2, none) and may differ in the last bit; a record
+    must read the same wherever it is rebuilt, and 10 digits are far more than any table prints."""
+    return float(f"{value:.{PUBLISHED_DIGITS}g}") if math.isfinite(value) else value
+
+
 @dataclass
 class PairedComparison:
     """``a`` against ``b`` on the seeds both have: effect sizes with their intervals, and the test."""
@@ -350,9 +360,9 @@ def paired_comparison(a: dict[int, float], b: dict[int, float]) -> PairedCompari
     if n and np.all(x > 0) and np.all(y > 0):
         logs = np.log(x / y)
         log_ci = t_interval(logs)
-        ratio, ratio_ci = float(np.exp(logs.mean())), Interval(math.exp(log_ci.low) if n > 1 else math.nan,
-                                                               math.exp(log_ci.high) if n > 1 else math.nan,
-                                                               log_ci.coverage, "t on log ratios")
+        ratio, ratio_ci = published(math.exp(logs.mean())), Interval(
+            published(math.exp(log_ci.low)) if n > 1 else math.nan, published(math.exp(log_ci.high)) if n > 1 else math.nan,
+            log_ci.coverage, "t on log ratios")
     else:
         ratio, ratio_ci = math.nan, Interval(math.nan, math.nan, 0.0, "t on log ratios")
     wins = float(np.sum(d < 0) + 0.5 * np.sum(d == 0))
