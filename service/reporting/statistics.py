@@ -12,7 +12,7 @@ initialisation stream, the data order and the dropout masks (Bouthillier et al.,
   order-statistic interval of a median (the widest one of n values covers 1 - 2/2^n: 75% with 3
   seeds, 93.8% with 5; never called 95% unless it is), the t-interval of the geometric mean ratio
   (log scale), and the Clopper–Pearson interval of P(a < b) on the same seed.
-- Multiplicity: the claims of one record are one family; Holm's step-down adjusts their p-values.
+- Multiplicity: the claims of one record are one family, decided by closed testing (:func:`family_rejections`).
 - A "ties or outperforms" claim is tested against a stated margin: non-inferiority, one-sided at
   alpha/2 (one half of TOST, the two one-sided tests of equivalence: the claim needs no more).
 - A difference too small to matter is a decision too: "equivalent" where TOST (Schuirmann 1987;

@@ -168,22 +168,6 @@ def test_obrien_fleming_spending_spends_alpha_by_the_end():
 DELTA = 0.02  # the specs' default smallest effect: 2% of the comparator's median (here 1.0, so 0.02)
 
 
-def _tie_family(rng, n, shifts, noises, reps):
-    """Families of claims 'gelu < other_i' where gelu is worse than other_i by ``shifts[i]`` (0: the
-    same; DELTA: exactly the smallest effect of interest; negative: better), per-seed noise sd
-    ``noises[i]`` on both sides, the comparators' level 1.0 (so δ = 0.02 whatever the draw)."""
-    outcomes = []
-    for _ in range(reps):
-        claims = []
-        for i, (shift, noise) in enumerate(zip(shifts, noises)):
-            other = 1.0 + noise * rng.normal(size=n)
-            gelu = 1.0 + shift + noise * rng.normal(size=n)
-            claims.append(compare(_row("gelu", gelu), _row(f"act{i}", other), f"gelu < act{i} on test_error",
-                                  (None, None), smallest_effect=DELTA))
-        outcomes.append([v.verdict for v in decide(claims)])
-    return outcomes
-
-
 def test_decide_gives_the_words_of_the_family_rejections():
     """The report's decision code (paper_table.decide) says what the simulated procedure decides:
     its direction where that is rejected, else "equivalent" where that is."""
