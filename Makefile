@@ -1,5 +1,5 @@
 # The two quick-start commands. Each creates or reuses the virtual environment (.ci/venv.sh).
-.PHONY: demo test test-fast lock deploy-check
+.PHONY: demo test test-fast lock deploy-check gpu-check
 
 demo:  ## the main job: the quick MNIST classification sweep on the real MNIST, on a local Ray
 	@venv=$$(bash .ci/venv.sh) && "$$venv/bin/actsweep" run mnist_classification --quick
@@ -20,3 +20,6 @@ deploy-check:  ## the container deployment built and run with Podman (no Docker 
 
 lock:  ## regenerate requirements.lock from pyproject.toml (uv pip compile; --upgrade via ARGS=--upgrade)
 	@bash .ci/lock.sh $(ARGS)
+
+gpu-check:  ## on a machine with a CUDA GPU, with the Python that runs it: the CUDA tests, Figure 2's full protocol with no flags (timed), the paper and cifar benches
+	@bash .ci/gpu-check.sh

@@ -155,11 +155,15 @@ class UntilDecided(StrictModel):
 
 
 class Execution(StrictModel):
+    # Three settings default to auto: the driver resolves them once, before Tune starts, from what the
+    # cluster reports and the spec (service/driver/execution_plan.py; `actsweep plan` prints how).
+    # An explicit value wins.
     # per_trial: one Tune trial per grid point. fused: grid points packed pack_size at a time into
     # one Tune trial that trains them as one batched model (workers.fused); each stays its own run.
-    mode: Literal["per_trial", "fused"] = "per_trial"
+    # auto: fused where the model fuses (MLP, autoencoder; no augment, search, fine_tune or top5), else per_trial
+    mode: Literal["auto", "per_trial", "fused"] = "auto"
     # grid points per fused pack; auto: the most that fit in the pack's memory (workers.pack_memory)
-    pack_size: int | Literal["auto"] = 12
+    pack_size: int | Literal["auto"] = "auto"
     # pack_size auto: the bytes a pack may hold, in GB; unset: gpus_per_trial of the GPU's memory
     # less 15% headroom, or on CPUs half the memory free on the node shared by the packs at once
     pack_memory_gb: float | None = Field(None, gt=0, le=100_000)
@@ -168,7 +172,9 @@ class Execution(StrictModel):
     # Unset: 3 × its estimated footprint + 2 GB (workers/footprint.py), per-trial mode on CPUs
     memory_limit_gb: float | None = Field(None, gt=0, le=100_000)
     cpus_per_trial: float = Field(1.0, gt=0, le=1024)  # per Tune trial: a grid point, or a whole fused pack
-    gpus_per_trial: float = Field(0.0, ge=0, le=64)  # fractions let several trials share one GPU
+    # fractions let several trials share one GPU; auto: a GPU wherever the cluster has one, each pack or
+    # trial the share that its footprint and CUDA context leave (0 on a cluster without GPUs)
+    gpus_per_trial: float | Literal["auto"] = "auto"
     max_concurrent_trials: Annotated[int, Field(ge=1, le=100_000)] | None = None
     rerun: bool = False  # train every trial, even one whose identical twin already finished (the trial cache)
     # a failed trial (a lost worker node, a crashed process) is retried this many times (Tune's
@@ -185,6 +191,19 @@ class Execution(StrictModel):
     # graph and replayed, one launch a step (workers/graphs.py); eager where capture fails or cannot
     # apply, and the trial's record says why. Ignored on a CPU
     cuda_graphs: bool = True
+
+    @field_validator("gpus_per_trial", mode="before")
+    @classmethod
+    def _gpus_per_trial(cls, value):
+        if value == "auto":
+            return value
+        try:
+            number = float(value) if not isinstance(value, bool) else None
+        except (TypeError, ValueError):
+            number = None
+        if number is not None and 0 <= number <= 64:
+            return number
+        raise ValueError("accepted: a number from 0 to 64 (a fraction shares one GPU), or auto")
 
     @field_validator("pack_size", mode="before")
     @classmethod
@@ -400,7 +419,7 @@ class SweepSpec(StrictModel):
     @field_validator("execution")
     @classmethod
     def _compile_takes_packs(cls, value: Execution) -> Execution:
-        if value.compile and value.mode != "fused":
+        if value.compile and value.mode == "per_trial":
             raise ValueError("compile: true compiles a fused pack's step; set mode: fused, or compile: false")
         if value.pack_memory_gb is not None and value.pack_size != "auto":
             raise ValueError(f"pack_memory_gb sizes packs when pack_size is auto (it is {value.pack_size}); "

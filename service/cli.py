@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -74,8 +75,8 @@ def _activation_entry(text: str):
     return text
 
 
-def cmd_run(args) -> int:
-    settings = get_settings()
+def _spec_of(args):
+    """The spec a ``run`` or ``plan`` command names, with its --set, --slice and seed options."""
     overrides = parse_set_options(args.set or [])
     for axis, values in parse_set_options(args.slice or []).items():
         overrides[f"slice.{axis}"] = values if isinstance(values, list) else [values]
@@ -86,7 +87,65 @@ def cmd_run(args) -> int:
                                                          ("seeds_per_round", args.seeds_per_round)) if v is not None}
     elif args.max_seeds is not None or args.seeds_per_round is not None:
         raise SpecError("--max-seeds and --seeds-per-round go with --until-decided")
-    spec = load_spec(args.experiment, quick=args.quick, overrides=overrides)
+    return load_spec(args.experiment, quick=args.quick, overrides=overrides)
+
+
+def cmd_plan(args) -> int:
+    """The execution plan a run would use, without training: on the configured cluster where
+    ACTSWEEP_RAY_ADDRESS names one, else on this machine as a local Ray would see it."""
+    settings = get_settings()
+    spec = _spec_of(args)
+    _check_memory_floor(spec)
+    _check_footprint(spec, settings)
+    from service.driver.observations import observe_cluster, observe_this_machine, plan_sweep
+    from service.driver.sweeps import connect_ray, load_splits
+
+    splits = load_splits(spec, settings)
+    if settings.ray_address:
+        _check_ray_address(settings)
+        connect_ray(settings)
+        cluster = observe_cluster()
+    else:
+        cluster = observe_this_machine(settings.num_cpus)
+    plan = plan_sweep(spec, splits, settings.cuda_context_mb * 2 ** 20, cluster=cluster)
+    if args.json:
+        print(json.dumps(plan.as_dict()))
+        return 0
+    console = Console(soft_wrap=True)
+    console.print(f"[bold]{spec.name}[/]{' (quick)' if args.quick else ''}: {spec.trial_count} trials of "
+                  f"{spec.epochs} epochs on {spec.dataset} ({splits.sizes()['train']} training examples)")
+    console.print(f"devices: {plan.devices}; trials train on {plan.device}")
+    table = Table("setting", "resolved", "why")
+    for key, value in (("execution.mode", plan.mode), ("execution.pack_size", plan.pack_size),
+                       ("execution.gpus_per_trial", f"{plan.gpus_per_trial:g}"),
+                       ("execution.cpus_per_trial", f"{plan.cpus_per_trial:g}")):
+        table.add_row(key, str(value if value is not None else "–"), plan.why.get(key.split(".")[1], "set in the spec"
+                      if key != "execution.pack_size" else "one trial per process"))
+    for key in ("gpu_memory", "cuda_graphs"):
+        if key in plan.why:
+            table.add_row(key, "", plan.why[key])
+    console.print(table)
+    unit = "pack" if plan.mode == "fused" else "trial"
+    sizes = {}
+    for members in plan.units:
+        sizes[members] = sizes.get(members, 0) + 1
+    shapes = ", ".join(f"{count} of {members} member{'s' if members != 1 else ''}" for members, count in sorted(sizes.items()))
+    console.print(f"{len(plan.units)} {unit}{'s' if len(plan.units) != 1 else ''} ({shapes}), {plan.slots} at once; "
+                  f"each holds about {plan.unit_bytes / 2 ** 30:.2f} GiB on its device; {plan.trial_epochs} "
+                  f"trial-epochs in the grid")
+    return 0
+
+
+def cmd_run(args) -> int:
+    import time
+
+    import psutil
+
+    started = psutil.Process().create_time()  # the command's start, imports included
+    settings = get_settings()
+    spec = _spec_of(args)
+    _check_memory_floor(spec)  # (before torch is imported: an impossible spec is refused in a second)
+    _check_ray_address(settings)  # (a cluster where nothing listens, named before seconds of imports)
     from workers.activations import probe
 
     for name in spec.activation:  # f and f′ finite on a probe tensor, or a clear error now
@@ -115,9 +174,11 @@ def cmd_run(args) -> int:
         console.print(f"Seeds until decided: looks at {', '.join(map(str, spec.look_sizes()))} seeds, more seeds "
                       f"only for the configurations of open claims")
     outcome = run_sweep(spec, settings, splits=splits, sweep_id=sweep_id, quick=args.quick, name=args.name,
-                        callbacks=(progress,), on_reused=progress.reused, on_round=progress.round)
+                        callbacks=(progress,), on_reused=progress.reused, on_round=progress.round,
+                        on_plan=lambda plan: console.print(plan.summary(), soft_wrap=True))
     progress.progress.stop()  # Tune stops it, unless every trial came from the cache
 
+    trained = time.time()
     results = sweep_results(settings.resolved_tracking_uri, outcome.sweep_id)  # read back from MLflow
     if args.json:
         print(json.dumps({"sweep_id": outcome.sweep_id, "results": results.rows()}))
@@ -128,6 +189,10 @@ def cmd_run(args) -> int:
                  else f"mlflow ui --backend-store-uri {settings.resolved_tracking_uri}, then open ")
         console.print(f"Report again: actsweep report {outcome.sweep_id}\nMLflow UI: {serve}"
                       f"{experiment_link(ui, outcome.experiment_id, outcome.sweep_id)}", soft_wrap=True)
+    if progress.first_epoch:  # where the wall time went (docs/speed.md): the fixed start, training, the report
+        console.print(f"Wall time {time.time() - started:.1f} s: {progress.first_epoch - started:.1f} s from the command "
+                      f"to the first trial-epoch (first trial started at {progress.first_start - started:.1f} s), "
+                      f"{trained - progress.first_epoch:.1f} s to the last, {time.time() - trained:.1f} s for the tables")
     if outcome.errors:
         console.print(f"[red]{outcome.errors} of {outcome.trials} trials failed[/]")
         return 1
@@ -194,6 +259,25 @@ def cmd_bench(args) -> int:
 
     bench([a for i, a in enumerate(args.bench_args) if not (i == 0 and a == "--")])
     return 0
+
+
+def _check_ray_address(settings) -> None:
+    from service.ray_address import wait_for_ray
+
+    address = settings.ray_address or os.environ.get("RAY_ADDRESS")
+    if address:
+        wait_for_ray(address, settings.ray_join_timeout_s)
+
+
+def _check_memory_floor(spec) -> None:
+    """A dense model whose parameters alone exceed this machine's memory, refused without torch."""
+    import psutil
+
+    from workers.memory_floor import memory_floor_refusal
+
+    refused = memory_floor_refusal(spec, psutil.virtual_memory().total)
+    if refused is not None:
+        raise SpecError(refused[1])
 
 
 def _check_footprint(spec, settings) -> None:
@@ -294,6 +378,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                                       "(default 2)")
     run.set_defaults(handler=cmd_run)
 
+    plan = commands.add_parser("plan", help="the execution plan a run would use (devices, packs, GPU shares, memory, "
+                                            "why each auto resolved so), without training")
+    plan.add_argument("experiment", help="a catalog name (see `actsweep experiments`) or a YAML spec file")
+    plan.add_argument("--quick", action="store_true", help="the spec's quick variant")
+    plan.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a spec field (repeatable)")
+    plan.add_argument("--slice", action="append", metavar="AXIS=VALUES", help="plan only part of the grid (repeatable)")
+    plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    plan.set_defaults(handler=cmd_plan, rerun=False, until_decided=False, max_seeds=None, seeds_per_round=None)
+
     report = commands.add_parser("report", help="print the tables of a finished sweep")
     report.add_argument("sweep_id", nargs="?", help="a sweep in the MLflow store (or use --from-export)")
     report.add_argument("--from-export", nargs="+", metavar="FILE",
@@ -344,6 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         return _user_error(exc)
     except Exception as exc:
+        joined = sys.modules.get("service.ray_address")  # (imported by the commands that join Ray)
+        if joined is not None and isinstance(exc, joined.RayUnreachable):
+            print(f"actsweep: cannot join a Ray cluster: {exc}", file=sys.stderr)
+            return 1
         # The MLflow side's errors, imported only now: a command that can raise them has imported them.
         from service.runs.exports import ExportError
         from service.runs.store import RunsUnavailable, SweepNotFound
@@ -351,10 +448,6 @@ def main(argv: list[str] | None = None) -> int:
 
         if isinstance(exc, (SweepNotFound, ExportError)):
             return _user_error(exc)
-        joined = sys.modules.get("service.driver.sweeps")  # (imported by the commands that join Ray)
-        if joined is not None and isinstance(exc, joined.RayUnreachable):
-            print(f"actsweep: cannot join a Ray cluster: {exc}", file=sys.stderr)
-            return 1
         if isinstance(exc, RunsUnavailable):  # no verdict on any sweep: say which store, and that nothing changed
             print(f"actsweep: the MLflow store at {mask_secrets(get_settings().resolved_tracking_uri)} did not answer "
                   f"({exc}); nothing was changed, try again later", file=sys.stderr)

@@ -80,6 +80,8 @@ class SweepRecord(Base):
     mlflow_parent_run_id: Mapped[str | None] = mapped_column(String(64))
     # until_decided: the last look (its seeds, the claims decided and open); None for a fixed grid
     sequential: Mapped[dict | None] = mapped_column(JSON)
+    # the execution plan the driver resolved (service.driver.execution_plan.ExecutionPlan.as_dict)
+    plan: Mapped[dict | None] = mapped_column(JSON)
     # the sweep is over and its MLflow runs are ended (the reconciler ends those a dead driver left open)
     runs_ended: Mapped[bool | None] = mapped_column(Boolean, default=False)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

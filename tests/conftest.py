@@ -38,6 +38,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+        if "cuda" in item.fixturenames:  # (make gpu-check selects them with -m cuda)
+            item.add_marker(pytest.mark.cuda)
 
 
 def ensure_local_ray() -> None:

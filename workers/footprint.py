@@ -23,35 +23,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from workers.activation_defs import parse_name
+from workers.memory_floor import DATASET_SHAPES, DatasetShape
 from workers.models import build_model
 
 GIB = 2 ** 30
-
-
-@dataclass(frozen=True)
-class DatasetShape:
-    """A dataset as the estimate sees it: one example's shape, classes, examples held in memory
-    (all splits), examples evaluated each epoch (validation and test), and the input's dtype."""
-
-    in_shape: tuple[int, ...]
-    n_out: int
-    resident: int  # examples held in memory (0: read from files a batch at a time)
-    evaluated: int
-    token_ids: bool = False
-    vocab: int = 0
-
-
-# Upper bounds of the real datasets (workers/data), so that an estimate errs towards refusing.
-DATASET_SHAPES = {
-    "mnist": DatasetShape((784,), 10, 70_000, 20_000),
-    "fashion_mnist": DatasetShape((784,), 10, 70_000, 20_000),
-    "digits": DatasetShape((64,), 10, 1_797, 1_400),
-    "cifar10": DatasetShape((3, 32, 32), 10, 60_000, 20_000),
-    "cifar100": DatasetShape((3, 32, 32), 100, 60_000, 20_000),
-    "twitter_pos": DatasetShape((3,), 25, 27_000, 12_000, token_ids=True, vocab=30_000),
-    "timit": DatasetShape((286,), 39, 1_500_000, 300_000),
-    "imagenet": DatasetShape((3, 224, 224), 1000, 0, 100_000),
-}
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ The step runs the same code on a CPU as on a GPU, so these counts are the device
 allocator also holds cuBLAS's workspaces (tens of MiB on Hopper, whatever the pack's size), its
 rounding and the step's transients: measured there by a real pack on a few batches (:func:`device_overhead_bytes`)
 and added to the fixed part. The CUDA context lies outside the allocator: the driver counts it per
-process (service.driver.gpu_placement), and the budget keeps a headroom (service.driver.pack_sizing).
+process (service.driver.gpu_placement), and the budget keeps a headroom (service.driver.execution_plan).
 """
 from __future__ import annotations
 

@@ -89,6 +89,9 @@ class SweepPublic(BaseModel):
     links: Links
     # until_decided: the last look: {look, seeds, max_seeds, decided: {claim: verdict}, open: [claims]}
     sequential: dict[str, Any] | None = None
+    # the execution plan, once the driver has resolved it: mode, packs, GPU share, memory, and why
+    # each `auto` resolved so (service/driver/execution_plan.py); null while queued
+    plan: dict[str, Any] | None = None
 
     @field_validator("created_at", "started_at", "finished_at")
     @classmethod

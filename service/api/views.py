@@ -29,7 +29,7 @@ def to_public(record: SweepRecord, settings: Settings, counts: TrialCounts) -> S
                        overrides=record.overrides, state=record.state, error=record.error,
                        created_at=record.created_at, started_at=record.started_at, finished_at=record.finished_at,
                        progress=_progress(record, counts), links=_links(record, settings),
-                       sequential=record.sequential)
+                       sequential=record.sequential, plan=record.plan)
 
 
 def to_detail(record: SweepRecord, settings: Settings, counts: TrialCounts) -> SweepDetail:

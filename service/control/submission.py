@@ -18,6 +18,7 @@ from service.records import (TERMINAL_STATES, DuplicateIdempotencyKey, SweepReco
 from service.reporting.aggregate import SweepResults
 from service.runs.store import RunStore
 from service.settings import Settings, mask_secrets
+from workers.memory_floor import memory_floor_refusal
 
 
 class SweepRequest(Protocol):
@@ -97,7 +98,7 @@ def check_schedulable(spec: SweepSpec, nodes: list[dict[str, float]] | None) -> 
     for resource, asked, field in (("CPU", spec.execution.cpus_per_trial, "cpus_per_trial"),
                                    ("GPU", spec.execution.gpus_per_trial, "gpus_per_trial")):
         largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
-        if asked > largest:
+        if asked != "auto" and asked > largest:  # (auto: the plan asks for what the cluster has)
             raise _unprocessable(["body", "overrides", f"execution.{field}"],
                                  f"at most {largest:g}: the largest node of the cluster has {largest:g} {resource}")
 
@@ -108,6 +109,9 @@ def check_runnable(spec: SweepSpec, nodes: list[dict[str, float]] | None, settin
     ACTSWEEP_MAX_SWEEP_PFLOP is refused now, not found in every trial. Decided by workers.admission in
     the worker process (torch, the meta device: nothing is allocated), not in this one."""
     memory = max((node.get("memory", 0.0) for node in nodes or []), default=0.0)
+    floor = memory_floor_refusal(spec, memory or psutil.virtual_memory().total)  # (here, without torch: at once)
+    if floor is not None:
+        raise _unprocessable(["body", "spec" if inline else "overrides", floor[0]], floor[1])
     try:
         refused = WORKER.call("workers.admission", "refusal", spec, memory or psutil.virtual_memory().total,
                               settings.max_sweep_pflop * 1e15)

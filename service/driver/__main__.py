@@ -48,6 +48,7 @@ def drive(sweep_id: str) -> int:
                 sweep_id, mlflow_experiment_id=exp_id, mlflow_parent_run_id=run_id),
             on_reused=lambda reused: _record_reused(store, sweep_id, positions, reused, spec.epochs),
             on_round=lambda state, points: _record_round(store, sweep_id, positions, state, points),
+            on_plan=lambda plan: store.update(sweep_id, plan=plan.as_dict()),
             resume_parent_run_id=resume_parent_run_id)
     except KeyboardInterrupt:
         store.finish(sweep_id, "cancelled")

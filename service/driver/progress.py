@@ -26,6 +26,9 @@ class LiveProgress(tune.Callback):
         self.seen: dict[str, int] = {}
         self.running: set[str] = set()
         self.done = 0
+        # when the first trial started and its first epoch came back (time.time()): the fixed start
+        self.first_start: float | None = None
+        self.first_epoch: float | None = None
 
     def __getstate__(self):  # Tune pickles its callbacks; a display holds locks and a terminal
         return {"total": self.total, "epochs": self.epochs}
@@ -40,6 +43,7 @@ class LiveProgress(tune.Callback):
         self.progress.update(self.trials, status=f"running {len(self.running)}")
 
     def on_trial_start(self, iteration, trials, trial, **info):
+        self.first_start = self.first_start or time.time()
         for index in range(len(members(trial.config))):
             self.running.add(member_trial_id(trial, index))
         if self.done + len(self.running) > self.total:  # a second phase (retraining on all data)
@@ -50,6 +54,7 @@ class LiveProgress(tune.Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         configs = members(trial.config)
+        self.first_epoch = self.first_epoch or time.time()
         for index, values in member_results(result):
             member = member_trial_id(trial, index)
             if int(values["epoch"]) <= self.seen.get(member, 0):  # reported again after a retry

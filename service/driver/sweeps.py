@@ -21,11 +21,12 @@ from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 
 from search_spaces import LrSearch, SweepSpec, packs
-from service.driver.gpu_placement import check_gpu_placement
-from service.driver.pack_sizing import auto_pack_size, gpu_memory, pack_footprint
+from service.driver.execution_plan import ExecutionPlan
+from service.driver.observations import plan_sweep
 from service.driver.provenance import code_version, hardware
 from service.lock import environment_lock
 from service.patience import cannot_write
+from service.ray_address import wait_for_ray
 from service.records import new_sweep_id
 from service.reporting.aggregate import FINAL_METRICS
 from service.reporting.figures import render_figures
@@ -62,32 +63,6 @@ def mlflow_experiment_name(spec: SweepSpec) -> str:
 _dashboard_url: str | None = None
 
 
-class RayUnreachable(RuntimeError):
-    """Nothing answers at the Ray address a command was told to join."""
-
-
-def wait_for_ray(address: str, wait_s: float) -> None:
-    """Return once something accepts a connection at the Ray address (``host:port`` or
-    ``ray://host:port``; ``auto`` is Ray's to find), trying for ``wait_s`` seconds; else
-    RayUnreachable naming the address."""
-    if address in ("auto", "local"):
-        return
-    host, _, port = address.split("://", 1)[-1].rpartition(":")
-    if not host or not port.isdigit():
-        raise RayUnreachable(f"ACTSWEEP_RAY_ADDRESS: {address!r} is not host:port (or ray://host:port)")
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            with socket.create_connection((host, int(port)), timeout=min(2.0, max(wait_s, 0.1))):
-                return
-        except OSError as exc:
-            if time.monotonic() >= deadline:
-                raise RayUnreachable(f"no Ray cluster answers at {address} ({exc.strerror or exc}; waited "
-                                     f"{wait_s:g} s, ACTSWEEP_RAY_JOIN_TIMEOUT_S): start it, or unset "
-                                     f"ACTSWEEP_RAY_ADDRESS for a local Ray") from None
-            time.sleep(0.5)
-
-
 def connect_ray(settings: Settings) -> str | None:
     """Join the Ray at ACTSWEEP_RAY_ADDRESS, or start a local one; returns the dashboard URL."""
     global _dashboard_url
@@ -109,22 +84,13 @@ def load_splits(spec: SweepSpec, settings: Settings) -> Splits:
                         spec.train_subset, spec.data_options.model_dump(), settings.resolved_dataset_cache_dir)
 
 
-def concurrent_slots(spec: SweepSpec) -> int:
-    """How many trials of the spec the connected Ray cluster runs at once."""
-    available = ray.cluster_resources()
-    slots = available.get("CPU", 1) // spec.execution.cpus_per_trial
-    if spec.execution.gpus_per_trial:
-        slots = min(slots, available.get("GPU", 0) // spec.execution.gpus_per_trial)
-    if spec.execution.max_concurrent_trials:
-        slots = min(slots, spec.execution.max_concurrent_trials)
-    return max(1, int(slots))
-
-
 @dataclass
 class _Sweep:
-    """One run of a spec's plan: where it logs and what it has done so far."""
+    """One run of a spec's plan: where it logs and what it has done so far. ``spec`` is resolved:
+    its execution holds the plan's values, no ``auto``."""
 
     spec: SweepSpec
+    plan: ExecutionPlan
     settings: Settings
     sweep_id: str
     runs: RunStore
@@ -149,7 +115,7 @@ class _Sweep:
         identity = {"dataset": spec.dataset, "val_size": spec.val_size, "train_subset": spec.train_subset,
                     "data_options": spec.data_options.model_dump(), "sizes": data.sizes(), "phase": phase,
                     "fingerprint": data.fingerprint()}
-        execution = {"mode": spec.execution.mode, "dtype": spec.execution.dtype}
+        execution = {"dtype": spec.execution.dtype}  # (not the mode: a member and its lone trial agree to rounding)
         keyed = [{**p.as_dict(), KEY_FIELD: trial_key(spec.trial_base(), p, identity, execution)} for p in points]
         if spec.execution.rerun:
             return keyed
@@ -181,15 +147,11 @@ class _Sweep:
             if not to_train:
                 return
             units = to_train
-            if spec.execution.mode == "fused":
+            if self.plan.mode == "fused":  # (the plan's pack size and slots; this phase's points)
                 by_key = {GridPoint.of(p).key(): p for p in to_train}
-                points, slots, size = [GridPoint.of(p) for p in to_train], concurrent_slots(spec), spec.execution.pack_size
-                if size == "auto":
-                    size = auto_pack_size(spec, points, data, slots, context_bytes=self.context_bytes)
-                units = [{"pack": [by_key[m.key()] for m in pack.points]} for pack in packs(points, size, slots)]
-                self.check_gpu_placement(data, len(units[0]["pack"]))
-            else:
-                self.check_gpu_placement(data, None)
+                points = [GridPoint.of(p) for p in to_train]
+                units = [{"pack": [by_key[m.key()] for m in pack.points]}
+                         for pack in packs(points, self.plan.pack_size, self.plan.slots)]
             space = {**tune_config(spec.trial_base(), {}, **placement),
                      "point": tune.grid_search(units)}
         tuner = tune.Tuner(
@@ -209,32 +171,6 @@ class _Sweep:
             raise_if_storage_full(exc, settings.ray_results)
             raise
         self._count(found)
-
-    @property
-    def context_bytes(self) -> float:
-        return self.settings.cuda_context_mb * 2 ** 20 if self.spec.execution.gpus_per_trial else 0.0
-
-    def check_gpu_placement(self, data: Splits, pack_size: int | None) -> None:
-        """Refuse a gpus_per_trial that puts more trial processes on a GPU than its memory holds,
-        each with its CUDA context (service.driver.gpu_placement); nothing to check without GPUs, or
-        where the cluster's GPU workers see no CUDA device (a made-up GPU resource)."""
-        spec = self.spec
-        if not spec.execution.gpus_per_trial:
-            return
-        try:
-            total = gpu_memory()
-        except Exception as exc:  # (ray.exceptions.RayTaskError around the worker's RuntimeError)
-            logger.warning("gpus_per_trial: the GPU's memory is unknown (%s); placement not checked", exc)
-            return
-        if pack_size is None:
-            from workers.footprint import estimate
-
-            footprint = estimate(spec)
-            trial_bytes = footprint.memory_bytes if footprint else 0
-        else:
-            trial_bytes = pack_footprint(spec, spec.grid_points(), data).bytes(pack_size)
-        check_gpu_placement(spec.execution.gpus_per_trial, trial_bytes, total, self.context_bytes,
-                            fused=pack_size is not None)
 
     def _count(self, found) -> None:
         """Grid points trained, and those whose trial failed (a pack counts its members)."""
@@ -312,7 +248,7 @@ def _lr_search(search: LrSearch) -> tuple[dict, object, int]:
 
 
 def _open_sweep(spec: SweepSpec, settings: Settings, runs: RunStore, sweep_id: str, splits: Splits, quick: bool,
-                name: str | None, resume_parent_run_id: str | None) -> tuple[str, str]:
+                name: str | None, resume_parent_run_id: str | None, plan: ExecutionPlan) -> tuple[str, str]:
     """(experiment id, parent run id): the MLflow experiment and the sweep's parent run, made or kept."""
     exp_id = runs.experiment_id(mlflow_experiment_name(spec), settings.artifact_root)
     if resume_parent_run_id:
@@ -320,10 +256,10 @@ def _open_sweep(spec: SweepSpec, settings: Settings, runs: RunStore, sweep_id: s
     provenance = Provenance(sweep_id, spec.name, quick, splits.source, spec.protocol.select_lr_by,
                             spec.protocol.headline_metric, code_version(), environment_lock(), hardware(),
                             spec.slice.label())
-    params = {**flatten(spec.trial_base()), "trials": spec.trial_count,
+    params = {**flatten(spec.trial_base()), "trials": spec.trial_count, "plan": plan.summary(),
               **{f"data.{k}": v for k, v in splits.sizes().items()}}
     return exp_id, runs.start_sweep(exp_id, name or f"{spec.name}-{sweep_id}", provenance, params,
-                                    spec.model_dump(mode="json"))
+                                    spec.model_dump(mode="json"), plan.as_dict())
 
 
 def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = None, sweep_id: str | None = None,
@@ -331,6 +267,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
               on_parent_run: Callable[[str, str], None] | None = None,
               on_reused: Callable[[list[Reused]], None] | None = None,
               on_round: Callable[[dict, list[GridPoint]], None] | None = None,
+              on_plan: Callable[[ExecutionPlan], None] | None = None,
               resume_parent_run_id: str | None = None) -> SweepOutcome:
     """Run every trial of ``spec`` on Ray Tune and log them to MLflow; blocks until done.
 
@@ -342,12 +279,20 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     With ``until_decided`` the grid is followed by rounds of seeds (:func:`seed_rounds`);
     ``on_round(state, points)`` is called after each look with the claims' state and the points
     the next round trains (none after the last).
+    The spec's ``auto`` execution is resolved first, on the connected cluster
+    (service.driver.execution_plan); ``on_plan(plan)`` is called with the plan before any trial.
     Whatever happens, the parent run ends FINISHED, FAILED or KILLED.
     """
     sweep_id = sweep_id or new_sweep_id()
     splits = splits or load_splits(spec, settings)  # a missing dataset fails before anything is created
     runs = RunStore(settings.resolved_tracking_uri, settings.trial_cache_secret(), patience_s=settings.outage_patience_s)
-    exp_id, parent_run_id = _open_sweep(spec, settings, runs, sweep_id, splits, quick, name, resume_parent_run_id)
+    connect_ray(settings)
+    plan = plan_sweep(spec, splits, settings.cuda_context_mb * 2 ** 20,
+                      local=not (settings.ray_address or os.environ.get("RAY_ADDRESS")))
+    spec = plan.resolved(spec)  # (from here on: no auto)
+    if on_plan:
+        on_plan(plan)
+    exp_id, parent_run_id = _open_sweep(spec, settings, runs, sweep_id, splits, quick, name, resume_parent_run_id, plan)
     if on_parent_run:
         on_parent_run(exp_id, parent_run_id)
     # progress is ours (callbacks): Tune's tables off (verbose=0 still prints its configuration table;
@@ -359,8 +304,8 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     # (docs/load.md). MLflow holds every metric.
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     configure_mlflow_client(settings.mlflow_http_retries + 1, settings.mlflow_http_timeout_s)
-    connect_ray(settings)
-    sweep = _Sweep(spec, settings, sweep_id, runs, exp_id, parent_run_id, [], on_reused, resume_parent_run_id is not None)
+    sweep = _Sweep(spec, plan, settings, sweep_id, runs, exp_id, parent_run_id, [], on_reused,
+                   resume_parent_run_id is not None)
     dataset = DatasetRef(spec.dataset, splits.fingerprint(), splits.source, splits.sizes())
     mlflow_logger = MLflowTrialLogger(runs, exp_id, parent_run_id, sweep.sweep_tags,
                                       resuming=resume_parent_run_id is not None, dataset=dataset,
@@ -369,19 +314,19 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
         if hasattr(callback, "mlflow_logger"):
             callback.mlflow_logger = mlflow_logger
     sweep.callbacks = [mlflow_logger, *callbacks]
-    plan, status = spec.plan(), "KILLED"  # (a cancel, Ctrl-C or SIGTERM stops the sweep between these lines)
+    phases, status = spec.plan(), "KILLED"  # (a cancel, Ctrl-C or SIGTERM stops the sweep between these lines)
     try:
-        for search in plan.searches:
+        for search in phases.searches:
             sweep.fit("grid", splits, f"{search.activation}-{search.dropout:g}", search=search)
-        if plan.grid:
-            sweep.fit("grid", splits, "grid", points=plan.grid)
-        if spec.until_decided and plan.grid and not sweep.errors:
+        if phases.grid:
+            sweep.fit("grid", splits, "grid", points=phases.grid)
+        if spec.until_decided and phases.grid and not sweep.errors:
             seed_rounds(sweep, splits, on_round)
-        if plan.retrain_on_full and not sweep.errors:
+        if phases.retrain_on_full and not sweep.errors:
             # GELU paper §3.5: the lr chosen on validation, then trained again on all the training data
             table = sweep_results(runs, sweep_id).table
             chosen = [(r.activation, r.dropout, r.lr) for r in table[table["lr_chosen"]].itertuples()]
-            sweep.fit("retrain", splits.with_validation_in_training(), "retrain", points=plan.retrain_points(chosen))
+            sweep.fit("retrain", splits.with_validation_in_training(), "retrain", points=phases.retrain_points(chosen))
         status = "FINISHED" if not sweep.errors else "FAILED"
         _log_summary(runs, sweep_id, parent_run_id)
     except Exception as failure:

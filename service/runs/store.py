@@ -46,6 +46,7 @@ STEP_MODE = "step_mode"  # a fused pack on a GPU: "cuda graph", or "eager: <why>
 PARENT = "mlflow.parentRunId"
 EXPERIMENT_KIND, TRAINING = "mlflow.experimentKind", "custom_model_development"  # (what MLflow's UI reads)
 SPEC_ARTIFACT, FIGURES_DIR, REPORT_ARTIFACT = "spec.json", "figures", "report.md"
+PLAN_ARTIFACT = "plan.json"  # the execution plan the driver resolved (service.driver.execution_plan)
 METRIC_BATCH = 1000  # MLflow's log_batch limit on metrics per call
 PER_EPOCH_LR = "scheduled_lr"  # the metric "lr" (the lr in effect that epoch); the column lr is the grid point's
 RUN_COLUMNS = ["run_id", "status", "phase", "activation", "dropout", "lr", "seed", "diverged"]
@@ -282,14 +283,28 @@ class RunStore:
         # a model-training experiment: MLflow 3's UI opens it on its runs, not on the GenAI overview
         return self.client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND: TRAINING})
 
-    def start_sweep(self, experiment_id: str, run_name: str, provenance: Provenance, params: dict, spec: dict) -> str:
-        """The sweep's parent run, with the resolved spec attached as ``spec.json``."""
+    def start_sweep(self, experiment_id: str, run_name: str, provenance: Provenance, params: dict, spec: dict,
+                    plan: dict | None = None) -> str:
+        """The sweep's parent run, with the resolved spec attached as ``spec.json`` and its execution
+        plan (service.driver.execution_plan) as ``plan.json``."""
         tags = provenance.as_tags()
         run = self.client.create_run(experiment_id, run_name=run_name, tags={**tags, ROLE: "sweep"})
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()],
                               tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.log_dict(run.info.run_id, spec, SPEC_ARTIFACT)
+        if plan is not None:
+            self.client.log_dict(run.info.run_id, plan, PLAN_ARTIFACT)
         return run.info.run_id
+
+    def plan(self, run_id: str) -> dict:
+        """The execution plan a sweep ran with, as logged with its parent run ({} where none was)."""
+        with tempfile.TemporaryDirectory() as folder:
+            try:
+                return json.loads(Path(self.client.download_artifacts(run_id, PLAN_ARTIFACT, folder)).read_text())
+            except RunsUnavailable:
+                raise
+            except (MlflowException, OSError):
+                return {}
 
     def sweep(self, sweep_id: str) -> SweepRun:
         found = self._search(f"tags.{SWEEP_ID} = {_quoted(sweep_id)} and tags.{ROLE} = 'sweep'")

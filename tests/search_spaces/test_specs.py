@@ -52,7 +52,11 @@ def test_overrides_replace_axes_and_reach_nested_fields():
     ({"seeds": 0}, r"seeds"),
     ({"execution.pack_size": "big"}, r"execution.pack_size: accepted: an integer from 1 to 256, or auto \(got 'big'\)$"),
     ({"execution.pack_size": 0}, r"execution.pack_size: accepted: an integer from 1 to 256, or auto \(got 0\)$"),
-    ({"execution.pack_memory_gb": 2}, r"execution: pack_memory_gb sizes packs when pack_size is auto"),
+    ({"execution.pack_memory_gb": 2, "execution.pack_size": 12},
+     r"execution: pack_memory_gb sizes packs when pack_size is auto"),
+    ({"execution.gpus_per_trial": "lots"}, r"execution.gpus_per_trial: accepted: a number from 0 to 64 .*, or auto"),
+    ({"execution.gpus_per_trial": -1}, r"execution.gpus_per_trial: accepted: a number from 0 to 64"),
+    ({"execution.mode": "fast"}, r"execution.mode: Input should be 'auto', 'per_trial' or 'fused'"),
 ])
 def test_bad_values_name_the_field_and_what_is_accepted(overrides, message):
     with pytest.raises(SpecError, match=message) as raised:

@@ -89,7 +89,7 @@ def test_largest_pack():
 
 
 def test_footprint_bounds_the_cuda_peak(digits, cuda):
-    from service.driver.pack_sizing import GPU_HEADROOM
+    from service.driver.execution_plan import GPU_HEADROOM
     from workers.fused import train_pack
 
     cfgs = [_cfg(activation=a, seed=s, eval_train=True, eval_noise=(0.5,)) for s, a in enumerate(["gelu", "relu", "elu"] * 4)]

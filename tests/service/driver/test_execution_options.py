@@ -9,7 +9,8 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
-from service.driver.sweeps import concurrent_slots, run_sweep
+from service.driver.observations import plan_sweep
+from service.driver.sweeps import run_sweep
 from service.reporting.render import render
 from service.reporting.results import sweep_results
 from service.settings import Settings
@@ -38,11 +39,23 @@ def test_a_trial_trains_on_the_gpu_only_when_it_reserved_one(monkeypatch):
     assert trial_device(0.5) == torch.device("cpu")  # reserved, but this process sees no GPU
 
 
+def test_without_a_flag_the_fig2_grid_plans_its_packs_on_the_gpu_ray_reports(settings):
+    """The defaults (execution: auto) read the one GPU this Ray declares: the packs ask for it."""
+    from workers.data import load_dataset
+
+    spec = load_spec("mnist_classification", quick=True, overrides={"dataset": "digits", "val_size": 200})
+    data = load_dataset("digits", settings.resolved_data_dir, False, 200, None, {}, None)
+    found = plan_sweep(spec, data, settings.cuda_context_mb * 2 ** 20)
+    assert (found.mode, found.gpus_per_trial, found.units) == ("fused", 1.0, [24])
+    assert found.devices.startswith("1 GPU (memory unknown") and "no CUDA device" in found.why["gpu_memory"]
+    explicit = plan_sweep(load_spec("mnist_classification", quick=True, overrides={
+        "dataset": "digits", "val_size": 200, "execution.gpus_per_trial": 0, "execution.mode": "per_trial"}),
+        data, 0.0)
+    assert (explicit.mode, explicit.gpus_per_trial, explicit.slots) == ("per_trial", 0.0, 2)
+
+
 def test_packs_share_one_gpu_by_fractions(settings):
     spec = load_spec("mnist_classification", quick=True, overrides={**SMALL, "execution.gpus_per_trial": 0.5})
-    assert concurrent_slots(spec) == 2  # two halves of the one GPU (and two CPUs)
-    assert concurrent_slots(load_spec("mnist_classification", quick=True,
-                                      overrides={**SMALL, "execution.gpus_per_trial": 1})) == 1
     outcome = run_sweep(spec, settings)
     assert (outcome.trials, outcome.errors) == (4, 0)
     client = MlflowClient(settings.resolved_tracking_uri)

@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from search_spaces import SpecError, load_spec, packs
-from service.driver.pack_sizing import PackMemoryError
+from service.driver.execution_plan import PlanError
 from service.driver.sweeps import load_splits, run_sweep
 from service.reporting.results import sweep_results
 from service.settings import Settings
@@ -112,6 +112,6 @@ def test_auto_packs_hold_what_the_memory_budget_takes(settings):
 def test_a_budget_below_one_member_is_refused_by_name(settings):
     spec = load_spec("mnist_classification", quick=True, overrides={
         **SMALL, "execution.mode": "fused", "execution.pack_size": "auto", "execution.pack_memory_gb": 0.001})
-    with pytest.raises(PackMemoryError, match=r"execution.pack_size auto: a pack of one member needs .* GB .*"
+    with pytest.raises(PlanError, match=r"execution.pack_size auto: a pack of one member needs .* GiB .*"
                                               r"raise execution.pack_memory_gb"):
         run_sweep(spec, settings)
