@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--eval-batches", default=f"500,{EVAL_BATCH},5000,10000", help="comma list (empty: skip)")
+    parser.add_argument("--eval-examples", type=int, default=10_000, help="synthetic images the pack evaluates")
     args = parser.parse_args(argv)
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
                   "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                   "batches": {batch: measure(args.members, int(batch), args.rounds) for batch in args.batches.split(",")},
                   "evaluation_s_by_batch": evaluation_seconds([int(b) for b in args.eval_batches.split(",") if b],
-                                                              args.members)}
+                                                              args.members, args.eval_examples)}
     finally:
         torch.set_num_threads(threads)
     print(json.dumps(result, indent=1))

@@ -11,7 +11,8 @@ from benchmarks.wide_gemm import evaluation_seconds, main
 
 def test_the_wide_gemm_benchmark_times_every_way_and_the_evaluation_batches(capsys):
     threads = torch.get_num_threads()
-    result = main(["--members", "2", "--batches", "16", "--rounds", "1", "--eval-batches", "8,32"])
+    result = main(["--members", "2", "--batches", "16", "--rounds", "1", "--eval-batches", "8,32",
+                   "--eval-examples", "256"])
     assert torch.get_num_threads() == threads  # (the benchmark's one thread is not left to the tests after it)
     row = result["batches"]["16"]
     assert set(row) == {"batched", "wide", "wide_relaid"}
