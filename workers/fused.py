@@ -33,7 +33,7 @@ from workers.models import build_model
 from workers.optim import BETAS, EPS
 from workers.precision import forward_precision
 from workers.registry import FUSABLE_MODELS
-from workers.train import EVAL_BATCH, train_members
+from workers.train import EVAL_BATCH, step_on_device, train_members
 from workers.trial import TrialConfig
 
 # Settings that must be equal across a pack's members (the rest may differ: activation, lr, dropout, seed).
@@ -362,11 +362,18 @@ class StackedOptimizer:
       the flat buffer (StackedNet.per_element): one ``addcmul_``. L2 weight decay joins the
       gradients first, as torch.optim.Adam adds it.
     - SGD: torch.optim.SGD's formulas (dampening 0) with the lrs spread alike, as foreach ops.
+
+    The schedule's multiple of the lrs is a 0-d tensor on the device (``factor_now``), set by
+    :meth:`set_factor` before a step where it moves: the update reads it there, so a CUDA graph of
+    the step replays any schedule (workers.graphs). The lrs are float32(lr) × float32(factor), as
+    the per-member lr tensor always gave them.
     """
 
     def __init__(self, cfg: TrialConfig, net: StackedNet, lrs: list[float]):
         self.cfg, self.net = cfg, net
-        self.factor = 1.0  # the schedule's multiple of the base lr
+        self.scheduled = cfg.schedule.get("kind", "constant") != "constant"  # (fixed: no per-step host branch)
+        self.factor = 1.0  # the schedule's multiple of the base lr (host side; factor_now holds it on the device)
+        self.factor_now = torch.ones((), device=net.flat.device)
         self.step_count = 0
         self.state: dict[str, Tensor] = {}
         if cfg.optimizer == "adam":
@@ -379,7 +386,9 @@ class StackedOptimizer:
         self.single_lr = len(set(lrs)) == 1
         self.base_lr = torch.tensor(lrs[0], device=self.net.flat.device)  # (float32, as torch.optim's lr meets a tensor)
         self.lr_flat = None if self.single_lr else self.net.per_element(torch.tensor(lrs))
-        self.lr_now = None  # SGD with several lrs, under a schedule: lr_flat × factor (made when first needed)
+        # under a schedule: the lr now, lr × factor (one lr), or lr_flat × factor (SGD, several lrs)
+        self.lr_scalar = torch.empty_like(self.base_lr) if self.scheduled and self.single_lr else None
+        self.lr_now = torch.empty_like(self.lr_flat) if self.scheduled and not self.single_lr else None
         adam_ = self.cfg.optimizer == "adam"
         self.update = torch.zeros_like(self.net.flat) if adam_ and not self.single_lr else None
         self._bind()
@@ -423,9 +432,21 @@ class StackedOptimizer:
         self.step_count = saved["step_count"]
         self._bind()
 
+    def set_factor(self, factor: float) -> None:
+        """The schedule's multiple of the lrs for the next steps, written on the device where it moves."""
+        if factor != self.factor:
+            self.factor = factor
+            self.factor_now.fill_(factor)
+
     def step(self) -> None:
         self.step_count += 1
         self.apply()
+
+    def _single_lr(self) -> Tensor:
+        """The one lr of the pack now, a 0-d tensor on the device."""
+        if not self.scheduled:
+            return self.base_lr
+        return torch.mul(self.base_lr, self.factor_now, out=self.lr_scalar)
 
     @torch.no_grad()
     def apply(self) -> None:
@@ -436,7 +457,7 @@ class StackedOptimizer:
         if cfg.optimizer == "adam":  # (the fused Adam counts its steps in self.counters)
             m, v = views["exp_avg"], views["exp_avg_sq"]
             if self.single_lr:  # torch.optim's Adam as it is (its weight decay included)
-                adam(params, grads, m, v, [], self.counters, fused=True, amsgrad=False, lr=self.lrs[0] * self.factor,
+                adam(params, grads, m, v, [], self.counters, fused=True, amsgrad=False, lr=self._single_lr(),
                      beta1=BETAS[0], beta2=BETAS[1], weight_decay=cfg.weight_decay, eps=EPS, maximize=False)
                 return
             if cfg.weight_decay:
@@ -444,7 +465,9 @@ class StackedOptimizer:
             self.update.zero_()
             adam(views["update"], grads, m, v, [], self.counters, fused=True, amsgrad=False, lr=1.0,
                  beta1=BETAS[0], beta2=BETAS[1], weight_decay=0.0, eps=EPS, maximize=False)
-            self.net.flat.addcmul_(self.update, self.lr_flat, value=self.factor)
+            if self.scheduled:
+                self.update.mul_(self.factor_now)
+            self.net.flat.addcmul_(self.update, self.lr_flat)
             return
         if cfg.weight_decay:
             grads = torch._foreach_add(grads, params, alpha=cfg.weight_decay)
@@ -459,14 +482,11 @@ class StackedOptimizer:
             grads = torch._foreach_add(grads, buffers, alpha=cfg.momentum) if cfg.nesterov else buffers
         # grad × lr in float32, lr = float32(lr) × factor, as the per-member (P, 1, 1) lr tensor gave it
         if self.single_lr:
-            lr = self.base_lr * self.factor
-        elif self.factor == 1.0:
+            lr = self._single_lr()
+        elif not self.scheduled:
             lr = self.views["lr_flat"]
         else:
-            if self.lr_now is None:
-                self.lr_now = torch.empty_like(self.lr_flat)
-                self._bind()
-            torch.mul(self.lr_flat, self.factor, out=self.lr_now)
+            torch.mul(self.lr_flat, self.factor_now, out=self.lr_now)
             lr = self.views["lr_now"]
         torch._foreach_sub_(params, torch._foreach_mul(grads, lr))
 
@@ -521,8 +541,9 @@ class StackedPack:
         self.optimizer = StackedOptimizer(self.first, self.net, [c.lr for c in cfgs])
         self.members = list(range(len(cfgs)))
         self.compiled = CompiledStep(self.net, self.first.task) if self.first.compile else None
-        self.graphed = graphs.GraphedStep(self, partial(forward_precision, self.first.dtype, device, cache=False),
-                                          graphs.refusal(self.first, device))
+        self.graphed = graphs.GraphedStep(
+            partial(step_on_device, self, partial(forward_precision, self.first.dtype, device, cache=False)),
+            self.first.batch_size, graphs.refusal(self.first, device, compiled=self.first.compile), batch_dim=1)
 
     def place(self, arrays: list) -> list[Tensor]:
         """All of the data on the device, inputs as vectors (the pack's layers are matmuls)."""
@@ -545,12 +566,15 @@ class StackedPack:
         for param in self.net.parameters():
             param.grad = None
 
-    def step(self, lr_factor: float) -> None:
-        self.optimizer.factor = lr_factor
-        self.optimizer.step()
+    def begin_step(self, lr_factor: float) -> None:
+        self.optimizer.step_count += 1  # (host side: a replayed step counts too)
+        self.optimizer.set_factor(lr_factor)
 
-    def replay(self, x: Tensor, y: Tensor, lr_factor: float, step: int) -> Tensor | None:
-        return self.graphed(x, y, lr_factor, step)
+    def update(self) -> None:
+        self.optimizer.apply()
+
+    def replay(self, x: Tensor, y: Tensor, step: int) -> Tensor | None:
+        return self.graphed(x, y, step)
 
     def evaluate(self, x: Tensor, y: Tensor, top5: bool, per_member: bool) -> list[dict[str, float]]:
         losses, errors = evaluate_pack(self.net, self.members, x, y, self.first.task)  # (fusable: no top5)

@@ -7,13 +7,14 @@ nonlinearities; a per-unit learnable parameter gets one value per unit or channe
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from workers.activations import Activation, Dropout
 from workers.init import INITS
-from workers.masks import DROPOUT, SOI, MaskClock, site
+from workers.masks import DROPOUT, SOI, MaskClock, keep_threshold, kept, site, step_keys
 from workers.registry import MODELS
 
 
@@ -319,11 +320,35 @@ def build_model(model: dict, in_shape: tuple[int, ...], n_out: int, activation, 
     return attach_mask_clock(MODELS.get(model["kind"])(model, tuple(in_shape), n_out, activation, dropout, vocab_size))
 
 
+@dataclass
+class StepMaskClock(MaskClock):
+    """A MaskClock whose ``step`` may also be a 0-d int32 tensor holding the step's salt
+    (workers.masks.step_salt): the input a CUDA graph's replay sets (workers.graphs), so that a
+    captured lone network draws each replayed step's masks, as a fused pack does. The same keys
+    either way (tests/workers/test_graphs.py). Dropout's keep thresholds are made once per rate and
+    device (a host-to-device copy at every draw could not be captured)."""
+
+    _thresholds: dict = field(default_factory=dict)
+
+    def _keys(self, device) -> Tensor:
+        if isinstance(self.step, Tensor):
+            return step_keys(self.key.to(device), self.step)
+        return super()._keys(device)
+
+    def keep(self, site_id: int, shape, device, p: float) -> Tensor | None:
+        if self.key is None:
+            return None
+        threshold = self._thresholds.get((p, device))
+        if threshold is None:
+            threshold = self._thresholds[(p, device)] = torch.tensor([keep_threshold(p)], dtype=torch.int32, device=device)
+        return kept(self._keys(device), self._counters(site_id, shape, device), threshold)[0].view(shape)
+
+
 def attach_mask_clock(net: nn.Module) -> nn.Module:
-    """Give ``net`` one MaskClock (``net.mask_clock``) shared by its SOI and Dropout layers, each at
+    """Give ``net`` one StepMaskClock (``net.mask_clock``) shared by its SOI and Dropout layers, each at
     its site (workers.masks.site): the k-th activation layer draws SOI's mask at site(k, SOI), the
     k-th Dropout at site(k, DROPOUT), as the layers of a fused pack do (workers.fused)."""
-    net.mask_clock = MaskClock()
+    net.mask_clock = StepMaskClock()
     activations = [m for m in net.modules() if isinstance(m, Activation)]
     dropouts = [m for m in net.modules() if isinstance(m, Dropout)]
     for layers, kind in ((activations, SOI), (dropouts, DROPOUT)):

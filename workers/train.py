@@ -5,11 +5,17 @@ epoch one pass over each member's shuffled training set, followed by evaluation.
 between one trial and a pack is the model, behind one seam (:class:`Members`): :class:`OneModel`
 here, workers.fused.StackedPack for MLPs stacked into batched matmuls. The caller decides where
 the metrics go (Ray Tune, a test, a benchmark).
+
+One training step too (:func:`step_on_device`): forward, backward and the optimiser's update at
+the lr the members hold on the device. It runs eagerly, or as the CUDA graph it was captured into
+on a GPU (workers.graphs), for a lone network (convnets included) and a pack alike. The data live
+on the device, and a batch's augmentation is made there (:func:`augment_batch`).
 """
 from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from typing import Callable, Iterator, Protocol
 
 import torch
@@ -17,21 +23,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.profiler import record_function
 
+from workers import graphs
 from workers.activations import Activation, learned_parameters
 from workers.data.splits import Splits
 from workers.models import build_model
 from workers.optim import TrialOptimizer
-from workers.precision import forward_precision
+from workers.convnet_plan import channels_last
+from workers.precision import cudnn_benchmark, forward_precision, trial_precision
 from workers.trial import TrialConfig
 
 EVAL_BATCH = 2_000  # examples per forward pass when evaluating; bounds memory, not results
 STATS_EXAMPLES = 1_000  # the fixed training subset of the ELU paper's activation statistics
 
 
-def make_optimizer(cfg: TrialConfig, params) -> TrialOptimizer:
-    """The trial's Adam or SGD: torch.optim's arithmetic (workers.optim says why not its classes)."""
+def make_optimizer(cfg: TrialConfig, params, on_device: bool = False) -> TrialOptimizer:
+    """The trial's Adam or SGD: torch.optim's arithmetic (workers.optim says why not its classes);
+    ``on_device``: its lr and step counts on the parameters' device (a GPU: capturable)."""
     return TrialOptimizer(cfg.optimizer, params, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                          momentum=cfg.momentum, nesterov=cfg.nesterov)
+                          momentum=cfg.momentum, nesterov=cfg.nesterov, on_device=on_device)
 
 
 def lr_factor(schedule: dict, step: int, steps_per_epoch: int, total_steps: int) -> float:
@@ -88,24 +97,42 @@ def rows(x, index: Tensor | slice) -> Tensor:
 
 
 def augment_batch(x: Tensor, augment: dict, generator: torch.Generator) -> Tensor:
-    """Random crops from a zero-padded image and horizontal flips (ELU paper §4.2), or random
-    ``crop_size`` crops of a larger image (ELU §4.3.1: 224 of 256), on the device."""
+    """Random crops from a zero-padded image and horizontal flips (ELU paper §4.2; the wide ResNet's
+    pad-4 crop and flip, GELU §3.5), or random ``crop_size`` crops of a larger image (ELU §4.3.1:
+    224 of 256). The crops are gathers on ``x``'s device; their offsets and flips are drawn from the
+    trial's data-order generator on the CPU (a few hundred numbers a batch, one copy to the device),
+    so a trial's augmentation is the same on any device."""
     if not augment or x.dim() != 4:
         return x
     n, _, h, w = x.shape
     size = augment.get("crop_size", 0)
-    if size and size < min(h, w):
-        dy, dx = (torch.randint(0, extent - size + 1, (n,), generator=generator).tolist() for extent in (h, w))
-        x, h, w = torch.stack([x[i, :, dy[i]:dy[i] + size, dx[i]:dx[i] + size] for i in range(n)]), size, size
     pad = augment.get("crop_padding", 0)
+    draws = []  # (in this order: the generator's stream decides every trial's crops)
+    if size and size < min(h, w):
+        draws += [torch.randint(0, extent - size + 1, (n,), generator=generator) for extent in (h, w)]
     if pad:
-        padded = F.pad(x, (pad, pad, pad, pad))
-        dy, dx = (torch.randint(0, 2 * pad + 1, (n,), generator=generator).tolist() for _ in range(2))
-        x = torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+        draws += [torch.randint(0, 2 * pad + 1, (n,), generator=generator) for _ in range(2)]
     if augment.get("flip"):
-        flip = torch.rand(n, generator=generator) < 0.5
-        x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
+        draws.append((torch.rand(n, generator=generator) < 0.5).long())
+    if not draws:
+        return x
+    drawn = iter(torch.stack(draws).to(x.device, non_blocking=True))
+    if size and size < min(h, w):
+        x, h, w = _crop(x, next(drawn), next(drawn), size, size), size, size
+    if pad:
+        x = _crop(F.pad(x, (pad, pad, pad, pad)), next(drawn), next(drawn), h, w)
+    if augment.get("flip"):
+        x = torch.where(next(drawn).bool()[:, None, None, None], x.flip(3), x)
     return x
+
+
+def _crop(x: Tensor, top: Tensor, left: Tensor, h: int, w: int) -> Tensor:
+    """Each image's h × w window at (top[i], left[i]): one gather for the batch."""
+    n, c = x.shape[:2]
+    rows = top[:, None] + torch.arange(h, device=x.device)  # (n, h)
+    cols = left[:, None] + torch.arange(w, device=x.device)  # (n, w)
+    return x[torch.arange(n, device=x.device)[:, None, None, None], torch.arange(c, device=x.device)[None, :, None, None],
+             rows[:, None, :, None], cols[:, None, None, :]]
 
 
 def batch_loss(model: nn.Module, task: str, x: Tensor, y: Tensor, top5: bool = False) -> tuple[Tensor, Tensor]:
@@ -207,8 +234,9 @@ class Members(Protocol):
     def train(self) -> None: ...
     def losses(self, x: Tensor, y: Tensor, step: int) -> Tensor: ...  # train mode, masks of ``step``: (P,) mean losses
     def zero_grad(self) -> None: ...
-    def step(self, lr_factor: float) -> None: ...  # the optimiser's step at lr × lr_factor
-    def replay(self, x, y: Tensor, lr_factor: float, step: int) -> Tensor | None: ...  # a captured step's losses, or None
+    def begin_step(self, lr_factor: float) -> None: ...  # host side, before every step: lr × lr_factor on the device
+    def update(self) -> None: ...  # the optimiser's update at that lr, on the device (capturable)
+    def replay(self, x, y: Tensor, step: int) -> Tensor | None: ...  # a captured step's losses, or None
     def evaluate(self, x, y: Tensor, top5: bool, per_member: bool) -> list[dict[str, float]]: ...
     def unit_means(self, x: Tensor) -> list[Tensor]: ...  # per activation layer: (P, units)
     def learned(self, position: int) -> dict[str, float]: ...  # learnable activation parameters
@@ -233,9 +261,14 @@ class OneModel:
         if splits.embeddings is not None and hasattr(self.model, "embedding"):
             with torch.no_grad():
                 self.model.embedding.weight.copy_(torch.as_tensor(splits.embeddings))
-        self.optimizer = make_optimizer(cfg, self.model.parameters())
+        if device.type == "cuda" and channels_last(cfg.model["kind"]):  # (where the cifar bench measured it faster)
+            self.model = self.model.to(memory_format=torch.channels_last)
+        # on a GPU the lr and Adam's step counts live on the device: the step is a CUDA graph's to capture
+        self.optimizer = make_optimizer(cfg, self.model.parameters(), on_device=device.type == "cuda")
         if getattr(self.model, "mask_clock", None) is not None:
             self.model.mask_clock.start(cfg.seed, device)
+        self.graphed = graphs.GraphedStep(partial(step_on_device, self, partial(forward_precision, cfg.dtype, device, cache=False)),
+                                          cfg.batch_size, graphs.refusal(cfg, device))
 
     def place(self, arrays: list) -> list:
         return [on_device(a, self.device) for a in arrays]
@@ -255,11 +288,14 @@ class OneModel:
     def zero_grad(self) -> None:
         self.optimizer.zero_grad()
 
-    def step(self, lr_factor: float) -> None:
-        self.optimizer.step(self.cfg.lr * lr_factor)
+    def begin_step(self, lr_factor: float) -> None:
+        self.optimizer.set_lr(self.cfg.lr * lr_factor)
 
-    def replay(self, x, y: Tensor, lr_factor: float, step: int) -> None:
-        return None  # (a lone trial steps eagerly)
+    def update(self) -> None:
+        self.optimizer.step()
+
+    def replay(self, x, y: Tensor, step: int) -> Tensor | None:
+        return self.graphed(x, y, step)
 
     def evaluate(self, x, y: Tensor, top5: bool, per_member: bool) -> list[dict[str, float]]:
         return [evaluate(self.model, x[0] if per_member else x, y, self.cfg.task, top5)]
@@ -272,6 +308,7 @@ class OneModel:
 
     def set_dropout(self, on: bool, scale: float) -> None:
         self.model.set_dropout(on, scale)
+        self.graphed.reset()  # (the rates are read on the host: captured again)
 
     def keep(self, positions: list[int]) -> None:
         self.members = [self.members[j] for j in positions]
@@ -284,25 +321,35 @@ class OneModel:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         set_rng_states(state["rng"], self.device)
+        self.graphed.reset()  # (new optimiser states: captured again)
 
 
 # -- the epoch loop ----------------------------------------------------------------------------------
 
-def train_step(members: Members, x: Tensor, y: Tensor, precision, lr_factor: float, step: int = 0) -> Tensor:
-    """Optimiser step ``step`` (0-based, counted over the whole run) of every member on its batch;
-    the members' losses (detached). The step keys the members' dropout and SOI masks (workers.masks).
-    A fused pack on a GPU replays the step as a CUDA graph where it has one (workers.graphs)."""
-    replayed = members.replay(x, y, lr_factor, step)
-    if replayed is not None:
-        return replayed
-    with precision, record_function("train.forward"):  # (phase labels for torch.profiler: docs/speed.md)
+def step_on_device(members: Members, precision, x: Tensor, y: Tensor, step: int | Tensor) -> Tensor:
+    """The training step of every trial: forward, backward, and the optimiser's update at the lr the
+    members hold on the device; the members' losses (detached). Run eagerly, and once under a CUDA
+    graph's capture (workers.graphs), where ``step`` is the 0-d tensor of the step's mask salt that
+    each replay sets. ``precision()`` makes the context of the forward pass (workers.precision)."""
+    context = precision if hasattr(precision, "__enter__") else precision()  # (a context, or what makes one)
+    with context, record_function("train.forward"):  # (phase labels for torch.profiler: docs/speed.md)
         losses = members.losses(x, y, step)
     with record_function("train.backward"):
         members.zero_grad()
         losses.sum().backward()  # members' graphs are disjoint: each gets its own gradient
     with record_function("train.optimizer"):
-        members.step(lr_factor)
+        members.update()
     return losses.detach()
+
+
+def train_step(members: Members, x: Tensor, y: Tensor, precision: Callable, lr_factor: float, step: int = 0) -> Tensor:
+    """Optimiser step ``step`` (0-based, counted over the whole run) of every member on its batch,
+    at lr × ``lr_factor``; the members' losses (detached). The step keys the members' dropout and
+    SOI masks (workers.masks). On a GPU the step replays as a CUDA graph where it has one
+    (workers.graphs), else :func:`step_on_device` runs it eagerly: the same step."""
+    members.begin_step(lr_factor)
+    replayed = members.replay(x, y, step)
+    return replayed if replayed is not None else step_on_device(members, precision, x, y, step)
 
 
 def train_members(members: Members, splits: Splits, *, resume: dict | None = None,
@@ -337,7 +384,7 @@ def train_members(members: Members, splits: Splits, *, resume: dict | None = Non
     total_steps = steps_per_epoch * first.epochs
     best_val, best = [math.inf] * len(cfgs), [{} for _ in cfgs]
     select_on = "val_loss" if first.task == "reconstruct" else "val_error"
-    precision = forward_precision(first.dtype, device)  # execution.dtype (workers.precision)
+    precision = partial(forward_precision, first.dtype, device, cache=False)  # execution.dtype (workers.precision)
     first_epoch = 1
     if resume is not None:  # continue after the checkpointed epoch, with every stream where it stood
         if len(resume["members"]) < len(cfgs):
@@ -348,81 +395,86 @@ def train_members(members: Members, splits: Splits, *, resume: dict | None = Non
         best_val, best, first_epoch = resume["best_val"], resume["best"], resume["epoch"] + 1
 
     phase, factor = None, 1.0  # the fine-tuning phase the network's dropout is set for; the lr's multiple
-    for epoch in range(first_epoch, first.epochs + 1):
-        # -- one pass over each member's shuffled training set, batches taken by indexing ------------
-        started = time.perf_counter()
-        members.train()
-        permutations = torch.stack([torch.randperm(n, generator=orders[m]) for m in members.members]).to(device)
-        loss_sum = torch.zeros(len(members.members), device=device)
-        for i in range(0, n, batch):
-            step = (epoch - 1) * steps_per_epoch + i // batch
-            if first.schedule.get("kind", "constant") != "constant":  # the lr moves every step
-                factor = lr_factor(first.schedule, step, steps_per_epoch, total_steps)
-            if first.fine_tune and dropout_phase(first.fine_tune, step) != phase:
-                phase = dropout_phase(first.fine_tune, step)
-                members.set_dropout(phase["dropout_on"], phase["dropout_scale"])
-            idx = permutations[:, i:i + batch]
-            x, y = members.batch(train_x, train_y, idx, [orders[m] for m in members.members])
-            loss_sum += train_step(members, x, y, precision, factor, step) * idx.shape[1]  # (no .item() per step)
-        train_loss = [total / n for total in loss_sum.tolist()]
+    # TF32 on or off for the whole run, the backward pass included (execution.dtype: workers.precision);
+    # on a GPU cuDNN times its convolution algorithms once per shape and keeps the fastest
+    with trial_precision(first.dtype, device), cudnn_benchmark(device):
+        for epoch in range(first_epoch, first.epochs + 1):
+            # -- one pass over each member's shuffled training set, batches taken by indexing ------------
+            started = time.perf_counter()
+            members.train()
+            permutations = torch.stack([torch.randperm(n, generator=orders[m]) for m in members.members]).to(device)
+            loss_sum = torch.zeros(len(members.members), device=device)
+            for i in range(0, n, batch):
+                step = (epoch - 1) * steps_per_epoch + i // batch
+                if first.schedule.get("kind", "constant") != "constant":  # the lr moves every step
+                    factor = lr_factor(first.schedule, step, steps_per_epoch, total_steps)
+                if first.fine_tune and dropout_phase(first.fine_tune, step) != phase:
+                    phase = dropout_phase(first.fine_tune, step)
+                    members.set_dropout(phase["dropout_on"], phase["dropout_scale"])
+                idx = permutations[:, i:i + batch]
+                x, y = members.batch(train_x, train_y, idx, [orders[m] for m in members.members])
+                loss_sum += train_step(members, x, y, precision, factor, step) * idx.shape[1]  # (no .item() per step)
+            train_loss = [total / n for total in loss_sum.tolist()]
 
-        # -- a member whose loss is not finite is reported diverged and leaves -------------------------
-        report: list[dict | None] = [None] * len(cfgs)
-        diverged = [j for j, loss in enumerate(train_loss) if not math.isfinite(loss)]
-        for j in diverged:
-            m = members.members[j]
-            report[m] = {"epoch": epoch, "train_loss": train_loss[j], "lr": cfgs[m].lr * factor, "diverged": 1,
-                         "epoch_seconds": time.perf_counter() - started}
-        if diverged:
-            kept = [j for j in range(len(train_loss)) if j not in diverged]
-            train_loss = [train_loss[j] for j in kept]
-            members.keep(kept)
-        if not members.members:
+            # -- a member whose loss is not finite is reported diverged and leaves -------------------------
+            report: list[dict | None] = [None] * len(cfgs)
+            diverged = [j for j, loss in enumerate(train_loss) if not math.isfinite(loss)]
+            for j in diverged:
+                m = members.members[j]
+                report[m] = {"epoch": epoch, "train_loss": train_loss[j], "lr": cfgs[m].lr * factor, "diverged": 1,
+                             "epoch_seconds": time.perf_counter() - started}
+            if diverged:
+                kept = [j for j in range(len(train_loss)) if j not in diverged]
+                train_loss = [train_loss[j] for j in kept]
+                members.keep(kept)
+            if not members.members:
+                yield report
+                return
+
+            # -- evaluation (in the members' precision, as they train) ----------------------------------------
+            data = {"train": (train_x, train_y) if first.eval_train else None,
+                    "val": (val_x, val_y) if len(val_y) else None,  # (val_size 0: nothing is held out)
+                    "test": (test_x, test_y)}
+            with precision():
+                with record_function("evaluate"):
+                    evaluated = {name: members.evaluate(*split, top5=first.top5 and name != "train", per_member=False)
+                                 for name, split in data.items() if split is not None}
+                with record_function("unit_statistics"):
+                    stats = members.unit_means(rows(train_x, slice(0, STATS_EXAMPLES))) if first.activation_stats else None
+                with record_function("noise_robustness"):
+                    noise = noise_robustness(members, test_x, test_y) if epoch == first.epochs else None
+            seconds = time.perf_counter() - started
+            for j, m in enumerate(members.members):
+                metrics = {"epoch": epoch, "train_loss": train_loss[j], "lr": cfgs[m].lr * factor}
+                for name, results in evaluated.items():
+                    metrics.update({f"{name}_{k}_eval" if name == "train" else f"{name}_{k}": v
+                                    for k, v in results[j].items()})
+                if select_on in metrics and metrics[select_on] < best_val[m]:
+                    best_val[m] = metrics[select_on]
+                    best[m] = at_best_val(epoch, metrics)
+                metrics.update(best[m])
+                metrics.update(members.learned(j))  # learnable activation parameters, per layer
+                if stats is not None:
+                    metrics.update(unit_activation_medians([layer[j] for layer in stats]))
+                if noise is not None:
+                    metrics.update(noise[j])
+                metrics["diverged"] = 0
+                metrics["epoch_seconds"] = seconds  # (a pack's epoch: its members share it)
+                report[m] = metrics
+            if on_state is not None:
+                on_state({"epoch": epoch, "members": list(members.members), "models": members.state(),
+                          "orders": [g.get_state() for g in orders], "best_val": best_val, "best": best})
             yield report
-            return
-
-        # -- evaluation (in the members' precision, as they train) ----------------------------------------
-        data = {"train": (train_x, train_y) if first.eval_train else None,
-                "val": (val_x, val_y) if len(val_y) else None,  # (val_size 0: nothing is held out)
-                "test": (test_x, test_y)}
-        with precision:
-            with record_function("evaluate"):
-                evaluated = {name: members.evaluate(*split, top5=first.top5 and name != "train", per_member=False)
-                             for name, split in data.items() if split is not None}
-            with record_function("unit_statistics"):
-                stats = members.unit_means(rows(train_x, slice(0, STATS_EXAMPLES))) if first.activation_stats else None
-            with record_function("noise_robustness"):
-                noise = noise_robustness(members, test_x, test_y) if epoch == first.epochs else None
-        seconds = time.perf_counter() - started
-        for j, m in enumerate(members.members):
-            metrics = {"epoch": epoch, "train_loss": train_loss[j], "lr": cfgs[m].lr * factor}
-            for name, results in evaluated.items():
-                metrics.update({f"{name}_{k}_eval" if name == "train" else f"{name}_{k}": v
-                                for k, v in results[j].items()})
-            if select_on in metrics and metrics[select_on] < best_val[m]:
-                best_val[m] = metrics[select_on]
-                best[m] = at_best_val(epoch, metrics)
-            metrics.update(best[m])
-            metrics.update(members.learned(j))  # learnable activation parameters, per layer
-            if stats is not None:
-                metrics.update(unit_activation_medians([layer[j] for layer in stats]))
-            if noise is not None:
-                metrics.update(noise[j])
-            metrics["diverged"] = 0
-            metrics["epoch_seconds"] = seconds  # (a pack's epoch: its members share it)
-            report[m] = metrics
-        if on_state is not None:
-            on_state({"epoch": epoch, "members": list(members.members), "models": members.state(),
-                      "orders": [g.get_state() for g in orders], "best_val": best_val, "best": best})
-        yield report
 
 
 def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = "cpu", *,
                  resume: dict | None = None, on_state: Callable[[dict], None] | None = None) -> Iterator[dict]:
     """Train one trial (a pack of one: :func:`train_members` with :class:`OneModel`); yield a dict of
     metrics after every epoch (epoch numbers start at 1)."""
-    for report in train_members(OneModel([cfg], splits, torch.device(device)), splits, resume=resume,
-                                on_state=on_state):
+    one = OneModel([cfg], splits, torch.device(device))
+    for report in train_members(one, splits, resume=resume, on_state=on_state):
+        if one.device.type == "cuda" and report[0] is not None:  # how its steps ran (the run's tag, as a pack's)
+            report[0]["step_mode"] = one.graphed.mode
         yield report[0]
 
 

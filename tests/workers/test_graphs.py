@@ -68,14 +68,20 @@ def test_a_packs_noise_from_a_salt_equals_its_noise_from_the_step(digits):
     ({}, "not on a GPU"),
     ({"cuda_graphs": False}, "execution.cuda_graphs: false"),
     ({"compile": True}, "execution.compile: true"),
-    ({"schedule": {"kind": "cosine"}}, "schedule 'cosine'"),
 ])
 def test_what_steps_eagerly_is_named(change, reason):
     cfg = replace(_pack()[0], **change)
     device = torch.device("cpu" if not change else "cuda")  # (a device object: no GPU needed to ask)
-    found = graphs.refusal(cfg, device)
+    found = graphs.refusal(cfg, device, compiled=cfg.compile)
     assert found is not None and found.startswith(reason)
     assert graphs.refusal(_pack()[0], torch.device("cuda")) is None
+
+
+@pytest.mark.parametrize("schedule", [{"kind": "cosine", "t0": 2}, {"kind": "linear_decay", "start": 1},
+                                      {"kind": "piecewise", "unit": "iteration", "milestones": [5], "factors": [1.0, 0.1]}])
+def test_a_schedule_no_longer_keeps_a_step_out_of_the_graph(schedule):
+    """The lr is read on the device (workers.optim, workers.fused): a scheduled trial is captured too."""
+    assert graphs.refusal(replace(_pack()[0], schedule=schedule), torch.device("cuda")) is None
 
 
 def test_cuda_graphs_is_a_spec_field_that_leaves_the_trial_cache_key_alone():
