@@ -279,7 +279,7 @@ def variant_overrides(name: str, base: dict, trials: int, cores: int, pack_size:
 
 def main(argv: list[str] | None = None) -> dict:
     first = argparse.ArgumentParser(add_help=False)
-    first.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping", "load"], default="quick")
+    first.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping", "load", "cifar"], default="quick")
     chosen, rest = first.parse_known_args(argv)
     if chosen.workload == "scale":  # bookkeeping at 100-1,000 trials: its own options
         from service.benchmarks.scale import main as scale
@@ -287,12 +287,15 @@ def main(argv: list[str] | None = None) -> dict:
     if chosen.workload == "bookkeeping":  # the MLflow logger alone, with a stand-in trainable
         from service.benchmarks.bookkeeping import main as bookkeeping
         return {"rows": bookkeeping(rest)}
+    if chosen.workload == "cifar":  # the papers' convnets: plain script vs actsweep's trials and packs
+        from service.benchmarks.cifar import main as cifar
+        return cifar(rest)
     if chosen.workload == "load":  # the REST API under many clients, with a real Ray head behind it
         from service.benchmarks.load import main as load
         return load(rest)
     parser = argparse.ArgumentParser(prog="actsweep bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping", "load"], default="quick",
-                        help="quick, paper, scale, bookkeeping or load (`actsweep bench --workload scale --help`)")
+    parser.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping", "load", "cifar"], default="quick",
+                        help="quick, paper, scale, bookkeeping, load or cifar (`actsweep bench --workload scale --help`)")
     parser.add_argument("--variants", default=None,
                         help=f"comma list of {', '.join(VARIANTS)} (quick: plain,per_trial,fused; paper: all for the device)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

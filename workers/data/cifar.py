@@ -64,6 +64,23 @@ def load_cifar(name: str, data_dir: Path, download: bool, val_size: int, train_s
     return Splits(name, str(folder), train_x, train_y, val_x, val_y, test_x, test_y, n_classes=n_classes)
 
 
+def write_synthetic(data_dir: Path, name: str, train: int = 50_000, test: int = 10_000, seed: int = 0) -> Path:
+    """CIFAR files in torchvision's python-pickle layout (:data:`LAYOUT`) with random pixels and
+    labels: the real layout and sizes, made-up images (benchmarks where CIFAR is not installed:
+    speed only, nothing learnable). Returns ``data_dir``."""
+    folder_name, train_files, test_files, label_key, n_classes = LAYOUT[name]
+    rng = np.random.default_rng(seed)
+    folder = Path(data_dir) / folder_name
+    folder.mkdir(parents=True, exist_ok=True)
+    sizes = [train // len(train_files)] * len(train_files) + [test]
+    for file, size in zip(train_files + test_files, sizes):
+        batch = {b"data": rng.integers(0, 256, (size, 3072), dtype=np.uint8),
+                 label_key: rng.integers(0, n_classes, size).tolist()}
+        with open(folder / file, "wb") as f:
+            pickle.dump(batch, f)
+    return Path(data_dir)
+
+
 def load_cifar10(data_dir: Path, download: bool, val_size: int, train_subset: int | None, options: dict) -> Splits:
     return load_cifar("cifar10", data_dir, download, val_size, train_subset, options)
 

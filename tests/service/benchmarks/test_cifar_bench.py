@@ -1,0 +1,63 @@
+"""The cifar bench (service.benchmarks.cifar) on the CPU: every row prints, tiny; the conv pack's
+grouped network computes its members' nets; the plan's choice reads the bench's JSON."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from service.benchmarks.cifar import GroupedShallowNet, choices, flops_per_training_image, main
+from workers.convnet_plan import channels_last, convnet_strategy
+from workers.models import build_model
+
+pytestmark = pytest.mark.slow
+SHALLOW = {"kind": "cifar_shallow", "width": 4, "input_noise": 0.15, "init": "torch_default"}
+ROWS = "plain,per_trial,per_trial_tf32,per_trial_channels_last,streams,grouped_conv"  # (processes: the GPU run's)
+
+
+def test_the_bench_prints_every_row_tiny(tmp_path, capsys):
+    out = tmp_path / "cifar.json"
+    report = main(["--tiny", "--steps", "1", "--warmup", "1", "--nets", "cifar10_shallow", "--rows", ROWS,
+                   "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "synthetic images in CIFAR's layout" in printed and report["synthetic_data"]
+    rows = report["nets"]["cifar10_shallow"]["rows"]
+    assert list(rows) == ROWS.split(",")
+    for row, measured in rows.items():
+        assert f"  {row} " in printed
+        assert measured["images_per_s"] > 0 and measured["trial_epochs_per_s"] == pytest.approx(
+            measured["images_per_s"] / 45_000, rel=1e-2, abs=1e-4)
+    assert rows["streams"]["trials"] == rows["grouped_conv"]["trials"] == 2
+    assert json.loads(out.read_text())["nets"]["cifar10_shallow"]["fastest_to_share"] in ("per_trial", "streams", "grouped_conv")
+
+
+def test_the_grouped_pack_computes_each_members_net():
+    members = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        members.append(build_model(SHALLOW, (3, 32, 32), 10, "relu", 0.5).eval())
+    pack = GroupedShallowNet(members).eval()
+    x = torch.rand(3, 5, 3, 32, 32)  # each member its own images
+    with torch.no_grad():
+        ours = pack(x)
+        theirs = torch.stack([m(x[p]) for p, m in enumerate(members)])
+    assert ours.shape == (3, 5, 10)
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_flops_count_the_convolutions():
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 10))
+    assert flops_per_training_image(net, (3, 4, 4)) == 6 * (8 * 16 * 3 * 9 + 128 * 10)
+
+
+def test_the_plan_reads_the_benchs_choices():
+    measured = {"nets": {"cifar10_shallow": {"model": "cifar_shallow", "fastest_to_share": "streams",
+                                             "rows": {"per_trial": {"images_per_s": 10.0},
+                                                      "per_trial_channels_last": {"images_per_s": 12.0}}}}}
+    found = choices(measured["nets"])
+    assert found == {"strategy": {"cifar_shallow": "streams"}, "channels_last": {"cifar_shallow": True}}
+    assert convnet_strategy("cifar_shallow", "cuda", found) == "streams"
+    assert convnet_strategy("cifar_shallow", "cpu", found) == "per_trial"
+    assert convnet_strategy("wide_resnet", "cuda", found) == "per_trial"  # (not measured: one trial per process)
+    assert channels_last("cifar_shallow", found) is True and channels_last("wide_resnet", found) is False
