@@ -34,9 +34,18 @@ SIDE_BY_SIDE = {"execution.max_concurrent_trials": None}
 SLOW_FIXTURES = {"ray_head", "server", "e2e", "cluster", "postgres"}
 
 
+DEFAULT_BOUND_S = 120  # pyproject.toml's timeout: every test's bound unless it is marked long
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+        bound, long = item.get_closest_marker("timeout"), item.get_closest_marker("long")
+        if bound and bound.args and bound.args[0] > DEFAULT_BOUND_S and not (long and long.args and long.args[0]):
+            raise pytest.UsageError(f"{item.nodeid}: a bound over {DEFAULT_BOUND_S} s needs "
+                                    "@pytest.mark.long(\"why it must take this long\") beside its @pytest.mark.timeout")
+        if long:
             item.add_marker(pytest.mark.slow)
         if "cuda" in item.fixturenames:  # (make gpu-check selects them with -m cuda)
             item.add_marker(pytest.mark.cuda)

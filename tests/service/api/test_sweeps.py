@@ -312,7 +312,8 @@ def _wait_in_store(store: SweepStore, sweep_id: str, done, timeout: float = 600.
     raise AssertionError(f"sweep {sweep_id} never got there: {record.state} {record.ray_job_id}")
 
 
-@pytest.mark.timeout(300)  # two API processes, a 150-epoch sweep, its driver killed and restarted (118 s in a full suite here)
+@pytest.mark.long("two API processes, a 150-epoch sweep, its driver killed and replaced by the other replica")
+@pytest.mark.timeout(300)  # 118 s in a full suite
 def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, tmp_path):
     """Two API processes on one sweep database; the driver is killed and nobody reads the sweep: the
     reconciler that holds the lease restarts it once, and the sweep resumes where it stood."""

@@ -13,7 +13,8 @@ from service.benchmarks.speed import main as bench
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
 
 
-@pytest.mark.timeout(300)  # every variant of the benchmark, trained twice (110 s in a full suite here)
+@pytest.mark.long("the bench's three variants each timed twice, two of them as sweeps through Ray Tune and MLflow")
+@pytest.mark.timeout(300)  # 110 s in a full suite
 def test_the_benchmark_times_every_variant_and_keeps_each_ones_fastest_round(tmp_path, capsys):
     ray.shutdown()  # the bench starts its own local Ray
     out = tmp_path / "results.json"
