@@ -12,7 +12,8 @@ from workers.trial import GridPoint
 SECRET = b"a test secret"
 
 
-@pytest.fixture(scope="module", params=["sqlite", "folder", "server"])
+# the server backend starts a real ``mlflow server`` (seconds of CPU): slow, as every test that starts a server
+@pytest.fixture(scope="module", params=["sqlite", "folder", pytest.param("server", marks=pytest.mark.slow)])
 def runs(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param)
     if request.param == "server":
