@@ -35,6 +35,7 @@ sweep=$(grep -o 'actsweep report [0-9a-f]*' "$OUT/fig2_full_protocol.log" | head
 step bench_paper "${GPU_CHECK_BENCH_S:-150}" "$py" -m service.cli bench --device cuda --workload paper \
   --variants engine,fused --out "$OUT/speed_paper_cuda.json"
 if "$py" -m service.cli bench --help 2>/dev/null | grep -q cifar; then
+  # (GPU_CHECK_CIFAR_ARGS picks nets and rows, e.g. "--rows streams --nets cifar10_shallow")
   step bench_cifar "${GPU_CHECK_CIFAR_S:-180}" "$py" -m service.cli bench --device cuda --workload cifar \
-    --out "$OUT/speed_cifar_cuda.json"
+    --out "$OUT/speed_cifar_cuda.json" ${GPU_CHECK_CIFAR_ARGS:-}
 fi

@@ -153,7 +153,7 @@ def cmd_run(args) -> int:
     _check_footprint(spec, settings)
     # Imported once the spec is valid: Ray and Tune take seconds to import.
     from service.driver.progress import LiveProgress
-    from service.driver.sweeps import connect_ray, load_splits, run_sweep
+    from service.driver.sweeps import connect_ray, load_splits, log_sweep_figures, run_sweep
     from service.records import new_sweep_id
     from service.reporting.render import render
     from service.reporting.results import sweep_results
@@ -175,7 +175,7 @@ def cmd_run(args) -> int:
                       f"only for the configurations of open claims")
     outcome = run_sweep(spec, settings, splits=splits, sweep_id=sweep_id, quick=args.quick, name=args.name,
                         callbacks=(progress,), on_reused=progress.reused, on_round=progress.round,
-                        on_plan=lambda plan: console.print(plan.summary(), soft_wrap=True))
+                        on_plan=lambda plan: console.print(plan.summary(), soft_wrap=True), figures_later=True)
     progress.progress.stop()  # Tune stops it, unless every trial came from the cache
 
     trained = time.time()
@@ -189,10 +189,11 @@ def cmd_run(args) -> int:
                  else f"mlflow ui --backend-store-uri {settings.resolved_tracking_uri}, then open ")
         console.print(f"Report again: actsweep report {outcome.sweep_id}\nMLflow UI: {serve}"
                       f"{experiment_link(ui, outcome.experiment_id, outcome.sweep_id)}", soft_wrap=True)
-    if progress.first_epoch:  # where the wall time went (docs/speed.md): the fixed start, training, the report
+    if progress.first_epoch:  # where the wall time went (docs/plan.md): the fixed start, training, the report
         console.print(f"Wall time {time.time() - started:.1f} s: {progress.first_epoch - started:.1f} s from the command "
                       f"to the first trial-epoch (first trial started at {progress.first_start - started:.1f} s), "
                       f"{trained - progress.first_epoch:.1f} s to the last, {time.time() - trained:.1f} s for the tables")
+    log_sweep_figures(settings.resolved_tracking_uri, outcome)  # (after the tables: the MLflow UI's figures)
     if outcome.errors:
         console.print(f"[red]{outcome.errors} of {outcome.trials} trials failed[/]")
         return 1

@@ -18,6 +18,7 @@ diverged and leaves the pack; the others continue unchanged (their slices never 
 """
 from __future__ import annotations
 
+import contextlib
 from functools import lru_cache, partial
 from typing import Callable, Iterator
 
@@ -619,12 +620,14 @@ def train_pack(cfgs: list[TrialConfig], splits: Splits, device: torch.device | s
     if differing:
         raise ValueError(f"a fused pack shares {', '.join(differing)}; its members differ there")
     pack = StackedPack(cfgs, splits, torch.device(device))
-    for report in train_members(pack, splits, resume=resume, on_state=on_state):
-        if pack.device.type == "cuda":  # how its steps ran: a CUDA graph, or eagerly and why (the run's tag)
-            for metrics in report:
-                if metrics is not None:
-                    metrics["step_mode"] = pack.graphed.mode
-        yield report
+    # (closed with this generator, not when the collector finds it: its run holds the process's TF32 switches)
+    with contextlib.closing(train_members(pack, splits, resume=resume, on_state=on_state)) as epochs:
+        for report in epochs:
+            if pack.device.type == "cuda":  # how its steps ran: a CUDA graph, or eagerly and why (the run's tag)
+                for metrics in report:
+                    if metrics is not None:
+                        metrics["step_mode"] = pack.graphed.mode
+            yield report
 
 
 @torch.no_grad()

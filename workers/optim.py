@@ -10,7 +10,7 @@ tests/workers/test_rerun_matches_records.py.
 
 Why not the classes: building a torch.optim optimiser imports ``torch._dynamo`` (its
 ``add_param_group`` and ``state_dict`` are wrapped to disable Dynamo), about 1 CPU-s in every trial
-worker process; the functional updates do not import it (docs/testing.md, the seventh round).
+worker process; the functional updates do not import it (docs/testing.md, "Where the time goes").
 
 On a GPU the optimiser runs "on the device" (``on_device``): the lr is a 0-d float32 tensor there,
 set by :meth:`TrialOptimizer.set_lr` before each step, and Adam's step counts live there too, so

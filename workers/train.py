@@ -13,6 +13,7 @@ on the device, and a batch's augmentation is made there (:func:`augment_batch`).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from functools import partial
@@ -472,10 +473,12 @@ def train_epochs(cfg: TrialConfig, splits: Splits, device: torch.device | str = 
     """Train one trial (a pack of one: :func:`train_members` with :class:`OneModel`); yield a dict of
     metrics after every epoch (epoch numbers start at 1)."""
     one = OneModel([cfg], splits, torch.device(device))
-    for report in train_members(one, splits, resume=resume, on_state=on_state):
-        if one.device.type == "cuda" and report[0] is not None:  # how its steps ran (the run's tag, as a pack's)
-            report[0]["step_mode"] = one.graphed.mode
-        yield report[0]
+    # (closed with this generator, not when the collector finds it: its run holds the process's TF32 switches)
+    with contextlib.closing(train_members(one, splits, resume=resume, on_state=on_state)) as epochs:
+        for report in epochs:
+            if one.device.type == "cuda" and report[0] is not None:  # how its steps ran (the run's tag, as a pack's)
+                report[0]["step_mode"] = one.graphed.mode
+            yield report[0]
 
 
 @torch.no_grad()

@@ -51,6 +51,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from service.benchmarks.peaks import sync
+
 EPOCH_IMAGES = 45_000  # an epoch's images: CIFAR's 50,000 less a 5,000 validation split
 NETS = {  # experiment → (the net's activation, lr, dropout): one grid point of its sweep
     "cifar10_shallow": ("gelu_tanh", 1e-3, 0.5),
@@ -59,11 +61,6 @@ NETS = {  # experiment → (the net's activation, lr, dropout): one grid point o
 }
 ROWS = ("plain", "per_trial", "per_trial_tf32", "per_trial_channels_last", "processes", "streams", "grouped_conv")
 PACKED = ("processes", "streams", "grouped_conv")
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 # -- the nets, the data -----------------------------------------------------------------------------
@@ -165,7 +162,7 @@ def plain_rate(cfg, splits, device: str, steps: int, warmup: int, workers: int) 
     while True:
         for x, y in loader:
             if done == warmup:
-                _sync(device)
+                sync(device)
                 started = time.perf_counter()
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             loss = F.cross_entropy(model(x), y)
@@ -174,7 +171,7 @@ def plain_rate(cfg, splits, device: str, steps: int, warmup: int, workers: int) 
             optimizer.step()
             done += 1
             if done == warmup + steps:
-                _sync(device)
+                sync(device)
                 return steps * cfg.batch_size / (time.perf_counter() - started)
 
 
@@ -210,11 +207,11 @@ def _trainer(cfg, splits, device: str, seed: int):
 def _timed(steps_fn, device: str, steps: int, warmup: int) -> float:
     for _ in range(warmup):
         steps_fn()
-    _sync(device)
+    sync(device)
     started = time.perf_counter()
     for _ in range(steps):
         steps_fn()
-    _sync(device)
+    sync(device)
     return time.perf_counter() - started
 
 
@@ -410,7 +407,7 @@ def main(argv: list[str] | None = None) -> dict:
     if unknown:
         parser().error(f"unknown nets or rows: {', '.join(unknown)}")
 
-    from service.benchmarks.speed import matmul_peak
+    from service.benchmarks.peaks import matmul_peak
 
     cores = os.cpu_count() or 1
     peak = {"fp32": matmul_peak(cores, device=args.device)}

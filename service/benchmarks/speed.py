@@ -56,6 +56,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from service.benchmarks.peaks import matmul_peak, sync
+
 ACTIVATIONS = ("gelu", "relu", "elu")
 DEPTH, WIDTH, CLASSES, PIXELS = 8, 128, 10, 784  # the paper's classifier
 BATCH, LR = 128, 1e-3  # examples per step; Adam's lr
@@ -69,27 +71,6 @@ VARIANTS = ("plain", "per_trial", "engine", "engine_eager", "engine_tf32", "engi
 GPU_ONLY, CPU_ONLY = {"engine_eager", "engine_tf32", "fused_tf32"}, {"fused_threads"}  # (the defaults leave them out)
 ENGINE = {"engine": {}, "engine_eager": {"cuda_graphs": False}, "engine_tf32": {"dtype": "tf32"},
           "engine_bf16": {"dtype": "bf16"}}  # the engine variants' trial settings
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def matmul_peak(threads: int, dtype: torch.dtype = torch.float32, device: str = "cpu", size: int = 2048,
-                repeats: int = 10) -> float:
-    """GFLOP/s of a large square matmul in ``dtype`` on ``threads`` threads (or the GPU): the best of ``repeats``."""
-    torch.set_num_threads(threads)
-    size = max(size, 8192) if device == "cuda" else size
-    a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
-    best = float("inf")
-    for _ in range(repeats + 2):
-        _sync(device)
-        started = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - started)
-    return 2 * size ** 3 / best / 1e9
 
 
 def peaks(cores: int, device: str, native_bf16: bool) -> dict[str, float]:
@@ -163,7 +144,7 @@ def plain_trial(activation: str, dropout: float, seed: int, data: dict, epochs: 
                     out = model(x)
                     F.cross_entropy(out, y)
                     wrong += (out.argmax(1) != y).sum().item()
-        _sync(device)
+        sync(device)
         seconds.append(time.perf_counter() - started)
     return seconds
 

@@ -268,7 +268,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
               on_reused: Callable[[list[Reused]], None] | None = None,
               on_round: Callable[[dict, list[GridPoint]], None] | None = None,
               on_plan: Callable[[ExecutionPlan], None] | None = None,
-              resume_parent_run_id: str | None = None) -> SweepOutcome:
+              resume_parent_run_id: str | None = None, figures_later: bool = False) -> SweepOutcome:
     """Run every trial of ``spec`` on Ray Tune and log them to MLflow; blocks until done.
 
     ``on_parent_run(experiment_id, parent_run_id)`` is called once the MLflow parent run exists;
@@ -281,6 +281,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     the next round trains (none after the last).
     The spec's ``auto`` execution is resolved first, on the connected cluster
     (service.driver.execution_plan); ``on_plan(plan)`` is called with the plan before any trial.
+    ``figures_later``: the parent run gets its figures from :func:`log_sweep_figures`, afterwards.
     Whatever happens, the parent run ends FINISHED, FAILED or KILLED.
     """
     sweep_id = sweep_id or new_sweep_id()
@@ -328,7 +329,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
             chosen = [(r.activation, r.dropout, r.lr) for r in table[table["lr_chosen"]].itertuples()]
             sweep.fit("retrain", splits.with_validation_in_training(), "retrain", points=phases.retrain_points(chosen))
         status = "FINISHED" if not sweep.errors else "FAILED"
-        _log_summary(runs, sweep_id, parent_run_id)
+        _log_summary(runs, sweep_id, parent_run_id, figures=not figures_later)
     except Exception as failure:
         status = "FAILED"
         try:  # the runs end FAILED; where even that fails (the store away, its disk full), the first cause is raised
@@ -394,14 +395,27 @@ def median_metrics(results) -> dict[str, float]:
     return found
 
 
-def _log_summary(runs: RunStore, sweep_id: str, parent_run_id: str) -> None:
-    """The sweep's medians, report and figures, logged with its parent run (what MLflow's UI shows
-    of the sweep); a figure or report that cannot be drawn is no failed sweep."""
+def _log_summary(runs: RunStore, sweep_id: str, parent_run_id: str, figures: bool = True) -> None:
+    """The sweep's medians, report and (with ``figures``) figures, logged with its parent run (what
+    MLflow's UI shows of the sweep); a figure or report that cannot be drawn is no failed sweep."""
     try:
         results = sweep_results(runs, sweep_id)
         runs.log_sweep_summary(parent_run_id, median_metrics(results), render(results, "md"))
-        runs.log_figures(parent_run_id, render_figures(results))
+        if figures:
+            runs.log_figures(parent_run_id, render_figures(results))
     except RunsUnavailable:
         raise
     except Exception as exc:
         logger.warning("the report of sweep %s could not be drawn: %s: %s", sweep_id, type(exc).__name__, exc)
+
+
+def log_sweep_figures(tracking_uri: str, outcome: SweepOutcome) -> None:
+    """The figures of a sweep run with ``figures_later``, logged with its parent run now (the CLI
+    prints its tables first: matplotlib takes seconds to import and draw)."""
+    runs = RunStore(tracking_uri)
+    try:
+        runs.log_figures(outcome.parent_run_id, render_figures(sweep_results(runs, outcome.sweep_id)))
+    except RunsUnavailable:
+        raise
+    except Exception as exc:
+        logger.warning("the figures of sweep %s could not be drawn: %s: %s", outcome.sweep_id, type(exc).__name__, exc)

@@ -45,6 +45,12 @@ def test_submit_poll_to_succeeded_and_fetch_results(server, tiny_sweep):
     sweep, done = tiny_sweep
     with server.client() as client:
         assert sweep["state"] == "queued" and sweep["progress"]["trials_total"] == 4
+        assert sweep["plan"] is None  # resolved by the driver, once it runs
+        plan = done["plan"]  # execution: auto, resolved on the API's Ray head (CPUs, no GPU)
+        assert plan["device"] == "cpu" and plan["gpus_per_trial"] == 0 and sum(plan["units"]) == 4
+        assert plan["summary"].startswith("Plan: ") and {"mode", "gpus_per_trial"} <= set(plan["why"])
+        assert _mlflow(server).get_run(done["links"]["mlflow_parent_run"].rsplit("/", 1)[1]).data.params["plan"] == \
+            plan["summary"]
         assert done["state"] == "succeeded", done["error"]
         assert done["progress"]["fraction"] == 1.0 and done["progress"]["trials_done"] == 4
         assert [(t["activation"], t["seed"], t["state"]) for t in done["trials"]] == [
