@@ -9,10 +9,9 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import pickle
 import re
 import shutil
-import socket
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -167,7 +166,7 @@ class _Sweep:
                 failure_config=tune.FailureConfig(max_failures=spec.execution.max_failures)))
         try:
             found = tuner.fit()
-        except (EOFError, OSError) as exc:
+        except (EOFError, OSError, pickle.UnpicklingError) as exc:  # (a result file cut short by a full disk)
             raise_if_storage_full(exc, settings.ray_results)
             raise
         self._count(found)

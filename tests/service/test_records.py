@@ -164,7 +164,7 @@ def test_a_database_made_by_the_previous_code_is_upgraded_and_keeps_its_records(
     assert [(t.activation, t.epoch, t.mlflow_run_id) for t in record.trials] == [("gelu", 2, "mlrun")]
     assert store.update_trial("old2", 0, state="succeeded", epoch=3)
     with sqlite3.connect(path) as connection:
-        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001",)]
+        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
 
 
 def test_the_migrated_schema_is_the_one_the_code_declares(store):

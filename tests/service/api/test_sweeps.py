@@ -49,8 +49,8 @@ def test_submit_poll_to_succeeded_and_fetch_results(server, tiny_sweep):
         plan = done["plan"]  # execution: auto, resolved on the API's Ray head (CPUs, no GPU)
         assert plan["device"] == "cpu" and plan["gpus_per_trial"] == 0 and sum(plan["units"]) == 4
         assert plan["summary"].startswith("Plan: ") and {"mode", "gpus_per_trial"} <= set(plan["why"])
-        assert _mlflow(server).get_run(done["links"]["mlflow_parent_run"].rsplit("/", 1)[1]).data.params["plan"] == \
-            plan["summary"]
+        parent = done["links"]["mlflow_parent_run"].split("?")[0].rsplit("/", 1)[1]
+        assert _mlflow(server).get_run(parent).data.params["plan"] == plan["summary"]
         assert done["state"] == "succeeded", done["error"]
         assert done["progress"]["fraction"] == 1.0 and done["progress"]["trials_done"] == 4
         assert [(t["activation"], t["seed"], t["state"]) for t in done["trials"]] == [
@@ -171,7 +171,8 @@ def test_repeated_idempotency_key_returns_the_first_sweep_and_finished_trials_ar
 
 
 def test_cancel_stops_running_trials_and_keeps_finished_ones(server):
-    long = {**TINY, **SIDE_BY_SIDE, "epochs": 150, "seeds": 4, "activation": ["gelu"]}
+    # one trial per process (a fused pack's members finish together: none would be finished while others run)
+    long = {**TINY, **SIDE_BY_SIDE, "epochs": 150, "seeds": 4, "activation": ["gelu"], "execution.mode": "per_trial"}
     with server.client() as client:
         sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "overrides": long}).json()
         record = wait_for(client, sweep["id"], lambda r: r["progress"]["trials_done"] >= 1
@@ -324,7 +325,8 @@ def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, 
     """Two API processes on one sweep database; the driver is killed and nobody reads the sweep: the
     reconciler that holds the lease restarts it once, and the sweep resumes where it stood."""
     epochs = 150
-    body = {"experiment": "mnist_classification", "overrides": {**TINY, **SIDE_BY_SIDE, "epochs": epochs, "execution.rerun": True}}
+    body = {"experiment": "mnist_classification", "overrides": {**TINY, **SIDE_BY_SIDE, "epochs": epochs, "execution.rerun": True,
+                                                                "execution.mode": "per_trial"}}  # (trials that finish apart)
     replica = ApiServer(server.env, log=tmp_path / "replica.log").start()
     store = SweepStore(f"sqlite:///{server.env['ACTSWEEP_HOME']}/sweeps.db")
     try:

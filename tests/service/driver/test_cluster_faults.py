@@ -28,7 +28,8 @@ EPOCHS = 16
 # 4 × 256 units), so that a node can be lost while its trial is half done.
 SWEEP = {"dataset": "digits", "val_size": 200, "epochs": EPOCHS, "batch_size": 16, "model.depth": 4,
          "model.width": 256, "activation": ["gelu", "relu"], "lr": [0.003], "dropout": 0, "seeds": 2,
-         "execution.rerun": True, "execution.max_failures": 3}
+         "execution.rerun": True, "execution.max_failures": 3,
+         "execution.mode": "per_trial"}  # (a trial per process: the lost node holds some of them, not a whole pack)
 
 
 @pytest.fixture
