@@ -279,3 +279,28 @@ def test_until_decided_flags_need_each_other(tmp_path):
     assert done.returncode == 2 and "--until-decided" in done.stderr
     done = _run(env, "run", "mnist_classification", "--quick", "--until-decided", "--max-seeds", "2")
     assert done.returncode == 2 and "until_decided.max_seeds" in done.stderr
+
+
+def test_plan_prints_every_part_of_the_plan_without_training(actsweep_env, capsys):
+    """`actsweep plan`: the devices, each setting as resolved and why, the packs and their members,
+    the GPU share, the memory each holds, the trial-epochs; as JSON and as text; no sweep made."""
+    args = ["plan", "mnist_classification", "--quick", "--set", "dataset=digits", "--set", "val_size=200"]
+    assert main([*args, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["mode"], plan["device"], plan["gpus_per_trial"]) == ("fused", "cpu", 0.0)
+    assert sum(plan["units"]) == 24 and plan["trial_epochs"] == 24 * 4 and plan["unit_bytes"] > 0
+    assert {"mode", "pack_size", "gpus_per_trial"} <= set(plan["why"]) and plan["devices"].endswith("on 1 node")
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    for part in ("devices:", "execution.mode", "execution.pack_size", "execution.gpus_per_trial", "GiB on its device",
+                 "96 trial-epochs"):
+        assert part in text, part
+
+
+@pytest.mark.parametrize("args, field", [(["--set", "execution.mode=fast"], "execution.mode"),
+                                         (["--set", "execution.gpus_per_trial=lots"], "execution.gpus_per_trial"),
+                                         (["--slice", "seed=9"], "slice.seed")])
+def test_plan_exits_2_with_one_line_on_bad_input(actsweep_env, capsys, args, field):
+    assert main(["plan", "mnist_classification", "--quick", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and field in err[0], err
