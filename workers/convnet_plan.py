@@ -20,7 +20,7 @@ from pathlib import Path
 
 STRATEGIES = ("per_trial", "processes", "streams", "grouped_conv")
 MEASURED = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "cifar_cuda.json"
-DEFAULT_STRATEGY = "per_trial"  # (not yet measured on a GPU)
+DEFAULT_STRATEGY = "per_trial"  # a net the bench has not measured on a GPU: one trial per process
 
 
 @lru_cache(maxsize=None)

@@ -34,6 +34,7 @@ from typing import Callable
 
 from search_spaces import SpecError, SweepSpec, packs
 from service.driver.gpu_placement import check_gpu_placement, processes_per_gpu
+from workers.convnet_plan import convnet_strategy
 from workers.registry import FUSABLE_MODELS
 from workers.trial import GridPoint
 
@@ -240,12 +241,16 @@ def resolve_plan(spec: SweepSpec, cluster: Cluster, points: list[GridPoint] | No
                                    cluster, cpus_per_trial, "trial", why)
             check_gpu_placement(gpu_share, one, gpu_bytes, context_bytes, fused=False)
             unit_bytes = one
+            if gpu_share < 1:  # several trial processes on a card: what the cifar bench measured fastest
+                strategy = convnet_strategy(spec.model.kind)
+                why["sharing"] = (f"{spec.model.kind}: trial processes side by side on each GPU"
+                                  + (" (the fastest way the cifar bench measured, docs/benchmarks/cifar_cuda.json)"
+                                     if strategy == "processes" else f" (the bench's choice, {strategy}, is not a trial kind)"
+                                     if strategy != "per_trial" else " (not measured by the cifar bench)"))
         else:
             gpu_share = 0.0
             unit_bytes = trial_bytes() if trial_bytes else 0.0
         slots = _slots(cluster, cpus_per_trial, gpu_share, execution.max_concurrent_trials)
-    if not on_gpu:
-        gpu_share = 0.0
     cuda_graphs = device == "cuda" and execution.cuda_graphs and mode == "fused"
     if device == "cuda":
         why["cuda_graphs"] = ("on: each pack's step captured once and replayed (workers/graphs.py)" if cuda_graphs

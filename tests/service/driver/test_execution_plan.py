@@ -78,6 +78,7 @@ def test_a_model_that_does_not_fuse_trains_one_trial_per_process_sharing_the_gpu
     per_gpu = processes_per_gpu(found.gpus_per_trial)
     assert per_gpu == min(16, int(H100 // (CONTEXT + 2 * GIB)))  # CPUs beside the card bind first here: 16
     assert "the CPUs beside it" in found.why["gpus_per_trial"]
+    assert "the fastest way the cifar bench measured" in found.why["sharing"]  # (processes, on the H100)
     assert found.units == [1] * spec.trial_count and found.unit_bytes == 2 * GIB
 
 
