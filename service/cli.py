@@ -146,20 +146,26 @@ def cmd_run(args) -> int:
     spec = _spec_of(args)
     _check_memory_floor(spec)  # (before torch is imported: an impossible spec is refused in a second)
     _check_ray_address(settings)  # (a cluster where nothing listens, named before seconds of imports)
+    from service.background import in_background
+    from service.driver.data import load_splits  # (numpy only)
+    from service.ray_session import start_ray
+
+    loading = in_background(load_splits, spec, settings)  # (while torch imports and the spec is checked)
     from workers.activations import probe
 
     for name in spec.activation:  # f and f′ finite on a probe tensor, or a clear error now
         probe(spec.activation_def(name))
     _check_footprint(spec, settings)
+    start_ray(settings)  # (once the spec is valid; in the background, while Tune and MLflow import: docs/plan.md)
     # Imported once the spec is valid: Ray and Tune take seconds to import.
     from service.driver.progress import LiveProgress
-    from service.driver.sweeps import connect_ray, load_splits, log_sweep_figures, run_sweep
+    from service.driver.sweeps import connect_ray, log_sweep_figures, run_sweep
     from service.records import new_sweep_id
     from service.reporting.render import render
     from service.reporting.results import sweep_results
     from service.runs.links import experiment_link
 
-    splits = load_splits(spec, settings)
+    splits = loading.result()  # (a missing dataset raises DatasetNotFound, with instructions)
     console = Console(stderr=True, soft_wrap=True)
     sweep_id = new_sweep_id()
     part = f" slice {spec.slice.label()}" if spec.slice.label() else ""

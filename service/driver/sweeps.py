@@ -20,12 +20,14 @@ from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 
 from search_spaces import LrSearch, SweepSpec, packs
+from service.driver.data import load_splits  # (re-exported: callers import it from here)
 from service.driver.execution_plan import ExecutionPlan
 from service.driver.observations import plan_sweep
 from service.driver.provenance import code_version, hardware
 from service.lock import environment_lock
 from service.patience import cannot_write
-from service.ray_address import wait_for_ray
+from service.background import in_background
+from service.ray_session import connect_ray  # (re-exported: callers import it from here)
 from service.records import new_sweep_id
 from service.reporting.aggregate import FINAL_METRICS
 from service.reporting.figures import render_figures
@@ -36,7 +38,7 @@ from service.runs.logger import MLflowTrialLogger
 from service.runs.store import (EXPERIMENT, PHASE, SWEEP_ID, DatasetRef, Provenance, RunStore, RunsUnavailable,
                                 configure_mlflow_client)
 from service.settings import Settings
-from workers.data import Splits, load_dataset
+from workers.data import Splits
 from workers.trainable import run_trial
 from workers.trial import KEY_FIELD, GridPoint, flatten, members, trial_key, tune_config
 
@@ -57,30 +59,6 @@ class SweepOutcome:
 
 def mlflow_experiment_name(spec: SweepSpec) -> str:
     return f"actsweep/{spec.name}"
-
-
-_dashboard_url: str | None = None
-
-
-def connect_ray(settings: Settings) -> str | None:
-    """Join the Ray at ACTSWEEP_RAY_ADDRESS, or start a local one; returns the dashboard URL."""
-    global _dashboard_url
-    if not ray.is_initialized():
-        address = settings.ray_address or os.environ.get("RAY_ADDRESS")  # set inside a Ray job
-        if address:
-            wait_for_ray(address, settings.ray_join_timeout_s)  # (ray.init would retry for ever, printing warnings)
-            context = ray.init(address=address, log_to_driver=False)
-        else:  # "local": a new Ray, even where another one runs on this machine
-            context = ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=settings.dashboard,
-                               log_to_driver=False)
-        _dashboard_url = f"http://{context.dashboard_url}" if context.dashboard_url else None
-    return _dashboard_url
-
-
-def load_splits(spec: SweepSpec, settings: Settings) -> Splits:
-    """The spec's dataset; raises DatasetNotFound (with instructions) before anything starts."""
-    return load_dataset(spec.dataset, settings.resolved_data_dir, settings.download, spec.val_size,
-                        spec.train_subset, spec.data_options.model_dump(), settings.resolved_dataset_cache_dir)
 
 
 @dataclass
@@ -286,12 +264,15 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     sweep_id = sweep_id or new_sweep_id()
     splits = splits or load_splits(spec, settings)  # a missing dataset fails before anything is created
     runs = RunStore(settings.resolved_tracking_uri, settings.trial_cache_secret(), patience_s=settings.outage_patience_s)
+    # the MLflow store made (its tables: 2 s on a new one) while Ray starts and the plan is measured
+    store_ready = in_background(runs.experiment_id, mlflow_experiment_name(spec), settings.artifact_root)
     connect_ray(settings)
     plan = plan_sweep(spec, splits, settings.cuda_context_mb * 2 ** 20,
                       local=not (settings.ray_address or os.environ.get("RAY_ADDRESS")))
     spec = plan.resolved(spec)  # (from here on: no auto)
     if on_plan:
         on_plan(plan)
+    store_ready.result()  # (raises what making the store raised)
     exp_id, parent_run_id = _open_sweep(spec, settings, runs, sweep_id, splits, quick, name, resume_parent_run_id, plan)
     if on_parent_run:
         on_parent_run(exp_id, parent_run_id)

@@ -151,3 +151,29 @@ def digits_small():
 
     from workers.data import load_dataset
     return load_dataset("digits", Path("unused"), download=False, val_size=200, train_subset=640)
+
+
+def test_kept_noise_is_the_keep_mask_times_each_members_scale_bit_for_bit():
+    keys = masks.step_keys(masks.seed_keys([0, 5, 9], "cpu"), 7)
+    counters = masks.site_counters(64, 96, masks.site(2, masks.DROPOUT), torch.device("cpu"))
+    rates = [0.5, 0.2, 0.9]
+    thresholds = torch.tensor([masks.keep_threshold(p) for p in rates], dtype=torch.int32)
+    scales = torch.tensor([1 / (1 - p) for p in rates])
+    expected = torch.where(masks.kept(keys, counters, thresholds), scales.view(-1, 1, 1), 0.0)
+    assert torch.equal(masks.kept_noise(keys, counters, thresholds, scales), expected)
+    out = torch.full_like(expected, 7.0)  # (written over whole)
+    assert masks.kept_noise(keys, counters, thresholds, scales, out=out) is out
+    assert torch.equal(out, expected)
+
+
+def test_a_packs_reused_noise_buffer_gives_each_step_its_own_masks():
+    # (dropout_noise writes into one buffer per shape, step after step: nothing of a step stays)
+    net, fresh = _net(["relu"] * 3, [0.5, 0.0, 0.2], [1, 2, 3]), _net(["relu"] * 3, [0.5, 0.0, 0.2], [1, 2, 3])
+    step3 = [n.clone() for n in net.dropout_noise(16, "cpu", step=3)]
+    net.dropout_noise(16, "cpu", step=4)
+    for again, first, other in zip(net.dropout_noise(16, "cpu", step=3), step3, fresh.dropout_noise(16, "cpu", step=3)):
+        assert torch.equal(again, first) and torch.equal(again, other)
+        assert torch.all(again[1] == 1.0)  # the member without dropout keeps every unit
+        assert set(again[0].unique().tolist()) == {0.0, 2.0}
+    net.keep(torch.tensor([0, 2]))  # a member leaves: the buffer's rows change with it
+    assert [n.shape[0] for n in net.dropout_noise(16, "cpu", step=3)] == [2] * len(step3)

@@ -1,0 +1,102 @@
+"""The Ray this process drives: joined (ACTSWEEP_RAY_ADDRESS) or started here, once.
+
+Starting a local Ray takes about 6 s on 2 cores, most of it waiting on its processes, and a run
+has seconds of other work before it needs Ray: importing torch, Tune and MLflow, reading the
+dataset, making the MLflow store. :func:`start_ray` begins the connection in a background thread
+and returns at once; :func:`connect_ray` waits for it. The CLI starts it as soon as the spec is
+valid, so the two overlap (docs/plan.md, "Where time goes").
+
+A local Ray's worker processes import torch and the trainable when Ray starts them
+(``preload_python_modules``), not when Tune places the first trial on them: the first epoch
+starts seconds sooner, and the imports run while the driver is still busy with its own.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import Future
+
+from service.ray_address import wait_for_ray
+from service.settings import Settings
+
+# What a local Ray's workers import as they start: what every trial imports first.
+PRELOADED = ("torch", "workers.trainable")
+
+_lock = threading.Lock()
+_connection: Future | None = None
+
+
+def start_ray(settings: Settings) -> Future:
+    """Begin joining the Ray at ACTSWEEP_RAY_ADDRESS (or RAY_ADDRESS, set inside a Ray job), or
+    starting a local one, in a background thread; returns at once with the Future of the dashboard
+    URL (None without a dashboard). A second call returns the same Future while that Ray is up."""
+    global _connection
+    import ray
+
+    with _lock:
+        stale = _connection is not None and _connection.done() and not ray.is_initialized()
+        if _connection is None or stale:  # (stale: a Ray shut down since, by a test or a benchmark)
+            _connection = Future()
+            if ray.is_initialized():  # (someone else's ray.init: used as it is; its dashboard unknown here)
+                _connection.set_result(None)
+            else:
+                _exit_on_sigterm()
+                threading.Thread(target=_connect, args=(settings, _connection), name="actsweep-ray-start",
+                                 daemon=True).start()
+        return _connection
+
+
+def connect_ray(settings: Settings) -> str | None:
+    """Join the Ray at ACTSWEEP_RAY_ADDRESS, or start a local one (waiting for a start already
+    under way); returns the dashboard URL. Raises what joining or starting raised."""
+    url = start_ray(settings).result()
+    _exit_on_sigterm()  # (again: a Ray started anew in this process may have set it back at the C level)
+    return url
+
+
+def _connect(settings: Settings, connection: Future) -> None:
+    import ray
+
+    try:
+        address = settings.ray_address or os.environ.get("RAY_ADDRESS")
+        if address:
+            wait_for_ray(address, settings.ray_join_timeout_s)  # (ray.init would retry for ever, printing warnings)
+            context = ray.init(address=address, log_to_driver=False)
+        else:  # "local": a new Ray, even where another one runs on this machine
+            context = ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=settings.dashboard,
+                               log_to_driver=False, _system_config={"preload_python_modules": list(PRELOADED)})
+    except BaseException as exc:  # (handed to the thread that waits: it raises it)
+        connection.set_exception(exc)
+        return
+    connection.set_result(_dashboard_url(context))
+    # This thread stays: Ray's processes die with the thread that started them (PR_SET_PDEATHSIG
+    # belongs to a thread, not a process), so it waits until the process exits, or Ray stops.
+    while ray.is_initialized():
+        time.sleep(1.0)
+
+
+def _exit_on_sigterm() -> None:
+    """What ray.init does in the main thread, which it cannot do from ours: SIGTERM exits through
+    SystemExit, so a sweep stopped by it ends its runs KILLED (service.driver.sweeps)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+            signal.SIG_DFL, _exit):
+        signal.signal(signal.SIGTERM, _exit)
+    logging.getLogger("ray._private.worker").addFilter(_NotFromMainThread())
+
+
+def _exit(signum, frame) -> None:
+    sys.exit(signum)
+
+
+class _NotFromMainThread(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:  # (that warning: handled above)
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+def _dashboard_url(context) -> str | None:
+    url = getattr(context, "dashboard_url", None)
+    return f"http://{url}" if url else None

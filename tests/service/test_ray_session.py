@@ -1,0 +1,69 @@
+"""service.ray_session: a Ray started in a background thread stays up, its workers import the
+trainable as they start, SIGTERM still exits through SystemExit, and a dead address fails naming it.
+Each case in its own Python process: they start (or fail to join) a Ray of their own."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from service.ports import free_port
+
+START = """
+    import os, sys, time
+    import ray
+    from service.ray_session import connect_ray, start_ray
+    from service.settings import Settings
+    settings = Settings(home=sys.argv[1], num_cpus=1, dashboard=False)
+"""
+
+
+def _python(code: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(START) + textwrap.dedent(code), *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_a_ray_started_in_the_background_outlives_its_start_preloads_the_trainable_and_exits_on_sigterm(tmp_path):
+    # Ray's processes die with the thread that started them (PR_SET_PDEATHSIG): a starting thread
+    # that ended once ray.init returned took the GCS with it a few seconds later
+    done = _python("""
+        first = start_ray(settings)
+        assert first is start_ray(settings)  # one Ray per process
+        connect_ray(settings)
+        time.sleep(3)
+
+        @ray.remote(num_cpus=1)
+        def modules():
+            return ["torch" in sys.modules, "workers.trainable" in sys.modules]
+
+        print("preloaded", ray.get(modules.remote(), timeout=120))
+        ray.shutdown()  # (then started again: the connection of a Ray shut down is not reused)
+        connect_ray(settings)
+        print("again", ray.get(modules.remote(), timeout=120))
+        # SIGTERM exits through SystemExit, as ray.init sets it up from the main thread only (a sweep
+        # stopped by SIGTERM ends its runs KILLED: service.driver.sweeps relies on it)
+        import signal
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+        except SystemExit as exc:
+            print("exited", exc.code)
+    """, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "preloaded [True, True]" in done.stdout
+    assert "again [True, True]" in done.stdout
+    assert "exited 15" in done.stdout
+    assert "SIGTERM handler is not set" not in done.stderr
+
+
+def test_a_dead_address_fails_through_the_future_naming_it(tmp_path):
+    address = f"127.0.0.1:{free_port()}"
+    done = _python(f"""
+        from service.ray_address import RayUnreachable
+        settings = Settings(home=sys.argv[1], ray_address="{address}")
+        try:
+            connect_ray(settings)
+        except RayUnreachable as exc:
+            print("refused", exc)
+    """, str(tmp_path), timeout=60)
+    assert "refused" in done.stdout and address in done.stdout, done.stderr[-3000:]
