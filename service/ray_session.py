@@ -6,9 +6,9 @@ dataset, making the MLflow store. :func:`start_ray` begins the connection in a b
 and returns at once; :func:`connect_ray` waits for it. The CLI starts it as soon as the spec is
 valid, so the two overlap (docs/plan.md, "Where time goes").
 
-A local Ray's worker processes import torch and the trainable when Ray starts them
-(``preload_python_modules``), not when Tune places the first trial on them: the first epoch
-starts seconds sooner, and the imports run while the driver is still busy with its own.
+Its workers are not told to import torch as they start (``preload_python_modules``): on 2 cores
+the imports then compete with the driver's own, and the first trial started later, not sooner
+(docs/plan.md).
 """
 from __future__ import annotations
 
@@ -22,9 +22,6 @@ from concurrent.futures import Future
 
 from service.ray_address import wait_for_ray
 from service.settings import Settings
-
-# What a local Ray's workers import as they start: what every trial imports first.
-PRELOADED = ("torch", "workers.trainable")
 
 _lock = threading.Lock()
 _connection: Future | None = None
@@ -68,7 +65,7 @@ def _connect(settings: Settings, connection: Future) -> None:
             context = ray.init(address=address, log_to_driver=False)
         else:  # "local": a new Ray, even where another one runs on this machine
             context = ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=settings.dashboard,
-                               log_to_driver=False, _system_config={"preload_python_modules": list(PRELOADED)})
+                               log_to_driver=False)
     except BaseException as exc:  # (handed to the thread that waits: it raises it)
         connection.set_exception(exc)
         return

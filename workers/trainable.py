@@ -12,7 +12,6 @@ from ray import tune
 from workers.checkpoints import load_state, save_state, state_path
 from workers.data import Splits
 from workers.fused import train_pack
-from workers.host_memory import keep_freed_memory
 from workers.train import train_epochs
 from workers.trial import REPORTED_AGAIN, TrialConfig, is_pack, members
 
@@ -77,7 +76,6 @@ def run_trial(config: dict, splits: Splits) -> None:
 def _run_trial(config: dict, splits: Splits, device: torch.device) -> None:
     # One intra-op thread per reserved CPU, so concurrent trials do not oversubscribe the cores.
     torch.set_num_threads(max(1, int(config.get("cpus_per_trial", 1))))
-    keep_freed_memory()  # (a step's large tensors reused, not page-faulted in again: workers.host_memory)
     path = state_path(config)
     resume = load_state(path) if path else None
     context = ray.get_runtime_context()  # where it runs, and what it holds of a GPU (a pack may hold half)

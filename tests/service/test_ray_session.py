@@ -1,5 +1,5 @@
-"""service.ray_session: a Ray started in a background thread stays up, its workers import the
-trainable as they start, SIGTERM still exits through SystemExit, and a dead address fails naming it.
+"""service.ray_session: a Ray started in a background thread stays up, is started again after a
+shutdown, SIGTERM still exits through SystemExit, and a dead address fails naming it.
 Each case in its own Python process: they start (or fail to join) a Ray of their own."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _python(code: str, *args: str, timeout: float = 240) -> subprocess.Completed
                           text=True, timeout=timeout)
 
 
-def test_a_ray_started_in_the_background_outlives_its_start_preloads_the_trainable_and_exits_on_sigterm(tmp_path):
+def test_a_ray_started_in_the_background_outlives_its_start_and_exits_on_sigterm(tmp_path):
     # Ray's processes die with the thread that started them (PR_SET_PDEATHSIG): a starting thread
     # that ended once ray.init returned took the GCS with it a few seconds later
     done = _python("""
@@ -33,13 +33,13 @@ def test_a_ray_started_in_the_background_outlives_its_start_preloads_the_trainab
         time.sleep(3)
 
         @ray.remote(num_cpus=1)
-        def modules():
-            return ["torch" in sys.modules, "workers.trainable" in sys.modules]
+        def answer():
+            return 42
 
-        print("preloaded", ray.get(modules.remote(), timeout=120))
+        print("answered", ray.get(answer.remote(), timeout=120))
         ray.shutdown()  # (then started again: the connection of a Ray shut down is not reused)
         connect_ray(settings)
-        print("again", ray.get(modules.remote(), timeout=120))
+        print("again", ray.get(answer.remote(), timeout=120))
         # SIGTERM exits through SystemExit, as ray.init sets it up from the main thread only (a sweep
         # stopped by SIGTERM ends its runs KILLED: service.driver.sweeps relies on it)
         import signal
@@ -50,8 +50,8 @@ def test_a_ray_started_in_the_background_outlives_its_start_preloads_the_trainab
             print("exited", exc.code)
     """, str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "preloaded [True, True]" in done.stdout
-    assert "again [True, True]" in done.stdout
+    assert "answered 42" in done.stdout
+    assert "again 42" in done.stdout
     assert "exited 15" in done.stdout
     assert "SIGTERM handler is not set" not in done.stderr
 
