@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 
 def median_seconds(call: Callable[[], object], rounds: int, warmup: int = 2) -> float:
@@ -23,3 +24,17 @@ def median_seconds(call: Callable[[], object], rounds: int, warmup: int = 2) -> 
         call()
         times.append(time.perf_counter() - started)
     return statistics.median(times)
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` inside the block, and given back after it (the tests
+    that run a benchmark in their process keep theirs)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -25,7 +25,7 @@ import torch
 
 if __package__ in (None, ""):  # run as a script: the checkout's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import median_seconds  # noqa: E402
+from benchmarks import median_seconds, torch_threads  # noqa: E402
 from workers import masks  # noqa: E402
 
 
@@ -106,15 +106,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dataset", default="mnist", help="mnist (the demo's), or digits for a quick look")
     parser.add_argument("--steps", type=int, default=100, help="training steps timed each way")
     args = parser.parse_args(argv)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         pack, arrays = demo_pack(args.dataset)
         result = {"dataset": args.dataset, "members": len(pack.cfgs),
                   "noise": noise(pack, pack.first.batch_size, max(args.steps, 5)),
                   **step_and_evaluate(pack, arrays, args.steps)}
-    finally:
-        torch.set_num_threads(threads)
     print(json.dumps(result, indent=1))
     return result
 

@@ -37,7 +37,7 @@ from workers.train import EVAL_BATCH
 
 if __package__ in (None, ""):  # run as a script (python benchmarks/wide_gemm.py): the checkout's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import median_seconds  # noqa: E402
+from benchmarks import median_seconds, torch_threads  # noqa: E402
 
 FAN_IN, UNITS = 784, 128  # the GELU paper's MNIST classifier: 784 inputs, 128 units per layer
 
@@ -125,16 +125,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--eval-batches", default=f"500,{EVAL_BATCH},5000,10000", help="comma list (empty: skip)")
     parser.add_argument("--eval-examples", type=int, default=10_000, help="synthetic images the pack evaluates")
     args = parser.parse_args(argv)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
-    try:
+    with torch_threads(args.threads):
         result = {"members": args.members, "threads": args.threads, "fan_in": FAN_IN, "units": UNITS,
                   "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                   "batches": {batch: measure(args.members, int(batch), args.rounds) for batch in args.batches.split(",")},
                   "evaluation_s_by_batch": evaluation_seconds([int(b) for b in args.eval_batches.split(",") if b],
                                                               args.members, args.eval_examples)}
-    finally:
-        torch.set_num_threads(threads)
     print(json.dumps(result, indent=1))
     return result
 
