@@ -5,7 +5,7 @@ digits`` for a quick look).
 The pack is the demo's (``actsweep run mnist_classification --quick``): 12 members, gelu_tanh, relu
 and elu × lr 1e-3, 1e-4 × dropout 0, 0.5, one seed, on one thread, as a trial worker runs it.
 The noise was made with a broadcast ``torch.where`` into a new tensor of ones each step; it is
-now ``masks.kept_noise`` (a comparison and a multiply) into a buffer kept from step to step. The
+now ``masks.kept_noise`` (a comparison and a multiply). The
 two are checked to give the same bits, then timed alone (``noise``) and inside a whole training
 step (``step_ms``: median of ``--steps``, the two ways alternating in rounds of 10, so that both
 see the same machine). ``evaluate_s``: the test set's evaluation (median of 3), which has no

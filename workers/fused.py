@@ -105,7 +105,6 @@ class StackedNet(nn.Module):
         self.drop_rows = None if len(rows) == len(rates) else torch.tensor(rows, dtype=torch.long, device=device)
         self.thresholds = torch.tensor([masks.keep_threshold(rates[j]) for j in rows], dtype=torch.int32, device=device)
         self.scales = torch.tensor([1.0 / (1.0 - rates[j]) for j in rows], device=device).view(-1, 1, 1)
-        self._noise_buffers: dict = {}  # dropout_noise's, per shape: the rows changed
         stochastic = [j for j, s in enumerate(self.row_stochastic) if s]
         self.soi_span = (stochastic[0], stochastic[-1] + 1) if stochastic else None  # (first, end) row
 
@@ -166,21 +165,9 @@ class StackedNet(nn.Module):
         sites = tuple((masks.site(layer, masks.DROPOUT), width) for layer, width in enumerate(self.widths))
         keys = self.seed_keys if self.drop_rows is None else self.seed_keys.index_select(0, self.drop_rows)
         counters = _joined_counters(batch, sites, device)
-        # Into a buffer kept from step to step (the rows without dropout hold 1 once and for all):
-        # a new one each step cost a page-faulting fill of every row. Not while a CUDA graph is
-        # captured (its own memory), nor where the pack changed since (keep() drops the buffers).
-        reuse = not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
-        shape = (len(self.row_dropout), *counters.shape)
-        noise = self._noise_buffers.get((shape, device)) if reuse else None
-        if noise is None:
-            noise = torch.ones(shape, device=device)
-            if reuse:
-                self._noise_buffers[(shape, device)] = noise
-        if self.drop_rows is None:  # every row drops out
-            masks.kept_noise(masks.step_keys(keys, step), counters, self.thresholds, self.scales.view(-1), out=noise)
-        else:  # the other rows keep everything
-            noise.index_copy_(0, self.drop_rows, masks.kept_noise(masks.step_keys(keys, step), counters,
-                                                                  self.thresholds, self.scales.view(-1)))
+        noise = masks.kept_noise(masks.step_keys(keys, step), counters, self.thresholds, self.scales.view(-1))
+        if self.drop_rows is not None:  # the other rows keep everything
+            noise = torch.ones((len(self.row_dropout), *noise.shape[1:]), device=device).index_copy_(0, self.drop_rows, noise)
         return list(noise.split(self.widths, dim=-1))
 
     def soi_uniforms(self, batch: int, device, step: int | Tensor) -> list[Tensor] | None:

@@ -164,16 +164,3 @@ def test_kept_noise_is_the_keep_mask_times_each_members_scale_bit_for_bit():
     out = torch.full_like(expected, 7.0)  # (written over whole)
     assert masks.kept_noise(keys, counters, thresholds, scales, out=out) is out
     assert torch.equal(out, expected)
-
-
-def test_a_packs_reused_noise_buffer_gives_each_step_its_own_masks():
-    # (dropout_noise writes into one buffer per shape, step after step: nothing of a step stays)
-    net, fresh = _net(["relu"] * 3, [0.5, 0.0, 0.2], [1, 2, 3]), _net(["relu"] * 3, [0.5, 0.0, 0.2], [1, 2, 3])
-    step3 = [n.clone() for n in net.dropout_noise(16, "cpu", step=3)]
-    net.dropout_noise(16, "cpu", step=4)
-    for again, first, other in zip(net.dropout_noise(16, "cpu", step=3), step3, fresh.dropout_noise(16, "cpu", step=3)):
-        assert torch.equal(again, first) and torch.equal(again, other)
-        assert torch.all(again[1] == 1.0)  # the member without dropout keeps every unit
-        assert set(again[0].unique().tolist()) == {0.0, 2.0}
-    net.keep(torch.tensor([0, 2]))  # a member leaves: the buffer's rows change with it
-    assert [n.shape[0] for n in net.dropout_noise(16, "cpu", step=3)] == [2] * len(step3)
