@@ -3,6 +3,8 @@ shutdown, SIGTERM still exits through SystemExit, and a dead address fails namin
 Each case in its own Python process: they start (or fail to join) a Ray of their own."""
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 import textwrap
@@ -23,6 +25,7 @@ def _python(code: str, *args: str, timeout: float = 240) -> subprocess.Completed
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # starts a Ray twice (16 s): make test only
 def test_a_ray_started_in_the_background_outlives_its_start_and_exits_on_sigterm(tmp_path):
     # Ray's processes die with the thread that started them (PR_SET_PDEATHSIG): a starting thread
     # that ended once ray.init returned took the GCS with it a few seconds later

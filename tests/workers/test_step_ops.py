@@ -16,7 +16,7 @@ def data():
     return mnist_shaped(train=512, val=64, test=64)
 
 
-@pytest.mark.parametrize("seeds", [1, 20])
+@pytest.mark.parametrize("seeds", [1, pytest.param(20, marks=pytest.mark.slow)])  # (360 members: 13 s, make test only)
 def test_a_fig2_packs_step_dispatches_a_bounded_number_of_ops(data, seeds):
     cfgs = fig2_pack(seeds)
     assert len(cfgs) == 18 * seeds

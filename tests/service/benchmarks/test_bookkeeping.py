@@ -3,9 +3,12 @@ every run ends with every epoch once, and batching cuts the writes (a flush inte
 the run): MLflow's log_batch to one per run, the SQL writer to one for all runs."""
 from __future__ import annotations
 
+import pytest
+
 from service.benchmarks.bookkeeping import main
 
 
+@pytest.mark.slow  # the bookkeeping bench's sweeps through Tune and MLflow (13 s): make test only
 def test_the_bench_counts_the_writes_and_checks_every_epoch(tmp_path):
     out = tmp_path / "bookkeeping.json"
     rows = main(["--trials", "20", "--epochs", "3", "--pack-size", "10", "--flush-s", "0,60",

@@ -134,6 +134,7 @@ def test_exports_that_do_not_belong_together_are_refused(exported, tmp_path):
         results_from_exports([tmp_path / "lonely.csv"])
 
 
+@pytest.mark.slow  # the whole record rebuilt, every experiment's report and figures (15 s): make test only
 def test_the_record_is_rebuilt_from_its_manifest(exported, tmp_path, capsys, monkeypatch):
     import shutil
 
