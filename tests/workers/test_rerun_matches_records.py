@@ -84,6 +84,8 @@ def test_a_mnist_7layer_trial_alone_matches_its_record():
         _assert_matches(metrics, record[point.key()][metrics["epoch"]], f"{point} epoch {metrics['epoch']}")
 
 
+@pytest.mark.long("six members of the ELU paper's MNIST network trained on the whole training set against the record, epoch by epoch")
+@pytest.mark.timeout(200)  # 77-81 s in a full suite
 def test_an_elu_mnist_learning_pack_matches_its_record_member_by_member():
     record = _exported("elu_mnist_learning", "25af2a025d13")
     points = [GridPoint(activation, 0.01, 0.0, seed) for activation in ("elu", "relu", "lrelu") for seed in (0, 1)]

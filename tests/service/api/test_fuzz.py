@@ -1,6 +1,7 @@
 """A property-based fuzz of the API from its own OpenAPI schema (schemathesis's Python API): no 5xx."""
 from collections import Counter
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
@@ -13,6 +14,8 @@ from tests.service.api.conftest import api_env
 EXAMPLES = 30  # per operation and mode
 
 
+@pytest.mark.long("every operation of the OpenAPI schema fuzzed, 30 examples each, in two modes, against a live API")
+@pytest.mark.timeout(300)  # 63-136 s in a full suite
 def test_fuzzing_the_openapi_schema_finds_no_server_error(ray_head, tmp_path):
     # ACTSWEEP_MAX_TRIALS_PER_SWEEP=0: a generated request that happens to be valid is answered
     # 422 (over the trial limit) instead of starting real training; submission is tested elsewhere.

@@ -268,7 +268,8 @@ def test_database_passwords_stay_out_of_ray_job_metadata(ray_head, postgres, tmp
         server.stop()
 
 
-@pytest.mark.slow  # its own Ray head and a sweep
+@pytest.mark.long("its own Ray head started, a sweep submitted, the API's process group stopped and the head checked")
+@pytest.mark.timeout(200)  # 68-121 s in a full suite
 def test_stopping_the_api_group_leaves_its_ray_head_and_sweeps_alive(tmp_path):
     """The API started its own Ray head; Ctrl-C to its whole process group stops the API only. The
     restarted API reattaches to the head, and the sweep finishes with every trial."""
@@ -308,6 +309,8 @@ def _cancel(server: ApiServer, sweep_ids: set[str]) -> None:
         list(pool.map(cancel, sweep_ids))
 
 
+@pytest.mark.long("fifty submissions at once, each a sweep the API plans, records and cancels")
+@pytest.mark.timeout(200)  # 70-98 s in a full suite
 def test_fifty_concurrent_submissions_half_with_one_key_make_one_sweep_for_the_key_and_no_5xx(ray_head, tmp_path):
     server = ApiServer(api_env(tmp_path, ray_head), log=tmp_path / "api.log").start()
     body = {"experiment": "mnist_classification", "quick": True, "overrides": {**TINY, "epochs": 1, "seeds": 1,
