@@ -16,6 +16,8 @@ pytestmark = pytest.mark.slow
 RECORD = REPO / "docs" / "reproductions"
 
 
+@pytest.mark.long("every committed record's reports and figures rebuilt from its exports")
+@pytest.mark.timeout(160)  # 58-64 s in a full suite
 def test_the_committed_record_rebuilds_byte_for_byte(tmp_path):
     copy = tmp_path / "reproductions"
     shutil.copytree(RECORD, copy)
