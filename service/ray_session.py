@@ -82,7 +82,7 @@ def _exit_on_sigterm() -> None:
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
             signal.SIG_DFL, _exit):
         signal.signal(signal.SIGTERM, _exit)
-    logging.getLogger("ray._private.worker").addFilter(_NotFromMainThread())
+    logging.getLogger("ray._private.worker").addFilter(_NOT_FROM_MAIN_THREAD)  # (one instance: added once)
 
 
 def _exit(signum, frame) -> None:
@@ -92,6 +92,9 @@ def _exit(signum, frame) -> None:
 class _NotFromMainThread(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:  # (that warning: handled above)
         return "SIGTERM handler is not set" not in record.getMessage()
+
+
+_NOT_FROM_MAIN_THREAD = _NotFromMainThread()
 
 
 def _dashboard_url(context) -> str | None:
