@@ -9,7 +9,7 @@ import ray
 import torch
 from ray import tune
 
-from workers.checkpoints import load_state, save_state, state_path
+from workers.checkpoints import CheckpointPacer, load_state, save_state, state_path
 from workers.data import Splits
 from workers.fused import train_pack
 from workers.train import train_epochs
@@ -98,14 +98,17 @@ def _run_trial(config: dict, splits: Splits, device: torch.device) -> None:
     for result in reported:
         tune.report(result)
     resumed_from = {"resumed_from_epoch": resume["epoch"]} if resume is not None else {}
+    pacer, last_epoch = CheckpointPacer(), TrialConfig.from_config(members(config)[0]).epochs
     for result in epochs:
         result.update(node, **resumed_from)  # the first epoch after a resume says so
         resumed_from = {}
-        # Saved before it is reported, so every epoch the driver (and MLflow) has seen is in the
-        # state a retry resumes from: a retry never trains again an epoch that was logged.
-        if path and state.get("epoch") == result["epoch"]:  # (not after a diverged trial's last epoch)
-            reported = [*reported[-(REPORTED_AGAIN - 1):], result]
-            save_state(path, {**state, "reported": reported})
+        reported = [*reported[-(REPORTED_AGAIN - 1):], result]
+        # Saved before it is reported, so a retry resumes at or before every epoch the driver (and
+        # MLflow) has seen; the epochs after its save train again the same, and the logger keeps
+        # the first report of each. Paced: a big pack's state costs more than its epoch.
+        if path and state.get("epoch") == result["epoch"] and pacer.due(final=result["epoch"] == last_epoch):
+            with pacer.writing():  # (not after a diverged trial's last epoch: it has no state)
+                save_state(path, {**state, "reported": reported})
         tune.report(result)
     if resumed_from and reported:  # resumed with nothing left to train: it had finished before the
         tune.report({**reported[-1], **resumed_from})  # driver heard; its last epoch again, saying so

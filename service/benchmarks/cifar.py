@@ -17,7 +17,7 @@ extrapolated to an epoch of 45,000 images (:data:`EPOCH_IMAGES`), evaluation not
 - per_trial: actsweep's lone trial (workers.train: data on the device, augmentation there, the
   one training step, a CUDA graph on a GPU) in fp32 (TF32 off);
 - per_trial_tf32: the same with ``execution.dtype: tf32`` (a CPU has no TF32: fp32 again);
-- per_trial_channels_last: per_trial in channels-last layout;
+- per_trial_channels_last: per_trial in channels-last layout; per_trial_tf32_channels_last: both;
 - packed rows (``--pack`` trials of the net at once; the nets of ``--packed-nets``):
   processes (that many trial processes side by side: fractional GPUs; each times its own window,
   the rates add), streams (that many trials in one process, each stepping on its own CUDA stream;
@@ -59,7 +59,8 @@ NETS = {  # experiment → (the net's activation, lr, dropout): one grid point o
     "cifar100_wrn": ("gelu_tanh", 0.1, 0.3),
     "elu_cifar100_11layer": ("elu", 0.015, 0.0),
 }
-ROWS = ("plain", "per_trial", "per_trial_tf32", "per_trial_channels_last", "processes", "streams", "grouped_conv")
+ROWS = ("plain", "per_trial", "per_trial_tf32", "per_trial_channels_last", "per_trial_tf32_channels_last",
+        "processes", "streams", "grouped_conv")
 PACKED = ("processes", "streams", "grouped_conv")
 
 
@@ -447,7 +448,7 @@ def main(argv: list[str] | None = None) -> dict:
                 if row == "grouped_conv" and cfg.model["kind"] != "cifar_shallow":
                     continue
                 started = time.perf_counter()
-                trials, dtype = (args.pack if row in PACKED else 1), ("tf32" if row == "per_trial_tf32" else "fp32")
+                trials, dtype = (args.pack if row in PACKED else 1), ("tf32" if row.startswith("per_trial_tf32") else "fp32")
                 if row == "plain":
                     rate = plain_rate(cfg, splits, args.device, args.steps, args.warmup, workers)
                 elif row == "processes":
@@ -457,7 +458,7 @@ def main(argv: list[str] | None = None) -> dict:
                 elif row == "grouped_conv":
                     rate = grouped_conv_rate(cfg, splits, args.device, args.steps, args.warmup, trials)
                 else:
-                    layout = "1" if row == "per_trial_channels_last" else "0"
+                    layout = "1" if row.endswith("channels_last") else "0"
                     saved_layout = os.environ.get("ACTSWEEP_CHANNELS_LAST")
                     os.environ["ACTSWEEP_CHANNELS_LAST"] = layout
                     try:
@@ -526,9 +527,11 @@ def goals(results: dict) -> dict[str, str]:
     if "per_trial" in wrn:
         share = wrn["per_trial"]["share_of_fp32_peak"]
         found["WRN-40-4 fp32 >= 60% of fp32 peak"] = f"{100 * share:.0f}% ({'met' if share >= 0.6 else 'not met'})"
-    if "per_trial_tf32" in wrn:
-        seconds = wrn["per_trial_tf32"]["epoch_seconds_per_trial"]
-        found["WRN-40-4 tf32 epoch of 45,000 <= 4 s"] = f"{seconds:.2f} s ({'met' if seconds <= 4 else 'not met'})"
+    tf32 = {k: r for k, r in wrn.items() if k.startswith("per_trial_tf32")}
+    if tf32:  # (the faster layout: channels-last or not)
+        row = min(tf32, key=lambda k: tf32[k]["epoch_seconds_per_trial"])
+        seconds = tf32[row]["epoch_seconds_per_trial"]
+        found["WRN-40-4 tf32 epoch of 45,000 <= 4 s"] = f"{seconds:.2f} s, {row} ({'met' if seconds <= 4 else 'not met'})"
     return found
 
 

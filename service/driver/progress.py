@@ -10,6 +10,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from service.runs.logger import member_trial_id
 from workers.trial import member_results, members
 
+LOG_EVERY_S = 5.0  # where no terminal shows the bars: a progress line at most this often
+
 
 class LiveProgress(tune.Callback):
     """Two bars (trials finished, trial-epochs done) and a line per finished trial (a fused
@@ -29,6 +31,7 @@ class LiveProgress(tune.Callback):
         # when the first trial started and its first epoch came back (time.time()): the fixed start
         self.first_start: float | None = None
         self.first_epoch: float | None = None
+        self.last_line = 0.0  # when the last progress line went to a console that is no terminal
 
     def __getstate__(self):  # Tune pickles its callbacks; a display holds locks and a terminal
         return {"total": self.total, "epochs": self.epochs}
@@ -63,6 +66,19 @@ class LiveProgress(tune.Callback):
             self.progress.advance(self.epoch_task)
             if values.get("diverged"):  # a pack member leaves its pack; the others go on
                 self._finish(member_trial_id(trial, index), configs[index], values, "diverged")
+        self._log_line(result)
+
+    def _log_line(self, result: dict) -> None:
+        # Where no terminal shows the bars (a log file, CI), a line every LOG_EVERY_S seconds at
+        # most: how far the sweep is, and how long its last epoch took to train and evaluate.
+        if self.console.is_terminal or time.time() - self.last_line < LOG_EVERY_S:
+            return
+        self.last_line = time.time()
+        seconds = next((v.get("epoch_seconds") for _, v in member_results(result)), None)
+        done = int(self.progress.tasks[self.epoch_task].completed)
+        took = f", last epoch {seconds:.2f} s to train and evaluate" if seconds is not None else ""
+        self.console.print(f"{time.strftime('%H:%M:%S')} trial-epochs {done}/{self.total * self.epochs}, "
+                           f"{len(self.running)} trials running{took}")
 
     def _finish(self, member: str, cfg: dict, last: dict, outcome: str):
         if member not in self.running:

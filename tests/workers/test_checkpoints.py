@@ -75,3 +75,38 @@ def test_a_fused_pack_resumes_with_its_members_and_without_those_that_left(digit
     assert whole[0][0]["diverged"] == 1 and all(report[0] is None for report in whole[1:])
     assert len(resumed) == EPOCHS
     assert resumed == whole
+
+
+class _Clock:
+    """A clock the test moves: epochs and writes take the seconds it says."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_writes_are_paced_to_their_share_of_the_time_and_the_last_epoch_is_always_written():
+    from workers.checkpoints import CheckpointPacer
+
+    def written(epoch_s: float, write_s: float, epochs: int = 60) -> list[int]:
+        clock = _Clock()
+        pacer, epochs_written = CheckpointPacer(share=0.05, clock=clock), []
+        for epoch in range(1, epochs + 1):
+            clock.now += epoch_s
+            if pacer.due(final=epoch == epochs):
+                with pacer.writing():
+                    clock.now += write_s
+                epochs_written.append(epoch)
+        assert pacer.writes == len(epochs_written)
+        return epochs_written
+
+    # cheap writes (a small trial): every epoch, as before pacing
+    assert written(epoch_s=1.0, write_s=0.01) == list(range(1, 61))
+    # a big GPU pack: 235 MB of state in 0.5 s against 0.6 s epochs: a write once 10 s have passed
+    big = written(epoch_s=0.6, write_s=0.5)
+    assert big[0] == 1 and big[-1] == 60
+    assert [b - a for a, b in zip(big, big[1:-1])] == [17] * (len(big) - 2)  # ⌈10 / 0.6⌉ epochs apart
+    # its share of the time, past the first write (its cost unknown until made) and the last
+    assert 0.5 * (len(big) - 2) / (0.6 * 60 + 0.5 * len(big)) <= 0.05

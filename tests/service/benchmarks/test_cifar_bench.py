@@ -13,7 +13,7 @@ from workers.models import build_model
 
 pytestmark = pytest.mark.slow
 SHALLOW = {"kind": "cifar_shallow", "width": 4, "input_noise": 0.15, "init": "torch_default"}
-ROWS = "plain,per_trial,per_trial_tf32,per_trial_channels_last,streams,grouped_conv"  # (processes: the GPU run's)
+ROWS = "plain,per_trial,per_trial_tf32,per_trial_channels_last,per_trial_tf32_channels_last,streams,grouped_conv"  # (processes: the GPU run's)
 
 
 def test_the_bench_prints_every_row_tiny(tmp_path, capsys):
