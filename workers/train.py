@@ -262,7 +262,7 @@ class OneModel:
         if splits.embeddings is not None and hasattr(self.model, "embedding"):
             with torch.no_grad():
                 self.model.embedding.weight.copy_(torch.as_tensor(splits.embeddings))
-        if device.type == "cuda" and channels_last(cfg.model["kind"]):  # (where the cifar bench measured it faster)
+        if device.type == "cuda" and channels_last(cfg.model["kind"], cfg.dtype):  # (where the cifar bench measured it faster)
             self.model = self.model.to(memory_format=torch.channels_last)
         # on a GPU the lr and Adam's step counts live on the device: the step is a CUDA graph's to capture
         self.optimizer = make_optimizer(cfg, self.model.parameters(), on_device=device.type == "cuda")

@@ -503,16 +503,18 @@ def fastest(rows: dict) -> str | None:
 
 
 def choices(results: dict) -> dict:
-    """What workers.convnet_plan reads: per model kind, the fastest way to share a GPU, and channels-last."""
-    found = {"strategy": {}, "channels_last": {}}
+    """What workers.convnet_plan reads: per model kind, the fastest way to share a GPU, and whether
+    channels-last was faster in fp32 (``channels_last``) and in TF32 (``channels_last_tf32``): cuDNN's
+    fp32 and tensor-core kernels favour different layouts."""
+    found = {"strategy": {}, "channels_last": {}, "channels_last_tf32": {}}
     for net in results.values():
         rows = net["rows"]
         if net.get("fastest_to_share"):
             found["strategy"][net["model"]] = net["fastest_to_share"]
-        if "per_trial" in rows and "per_trial_channels_last" in rows:
-            found["channels_last"][net["model"]] = (rows["per_trial_channels_last"]["images_per_s"]
-                                                    > rows["per_trial"]["images_per_s"])
-    return found
+        for key, first in (("channels_last", "per_trial"), ("channels_last_tf32", "per_trial_tf32")):
+            if first in rows and f"{first}_channels_last" in rows:
+                found[key][net["model"]] = rows[f"{first}_channels_last"]["images_per_s"] > rows[first]["images_per_s"]
+    return {key: value for key, value in found.items() if value}
 
 
 def goals(results: dict) -> dict[str, str]:

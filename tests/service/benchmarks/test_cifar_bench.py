@@ -54,10 +54,16 @@ def test_flops_count_the_convolutions():
 def test_the_plan_reads_the_benchs_choices():
     measured = {"nets": {"cifar10_shallow": {"model": "cifar_shallow", "fastest_to_share": "streams",
                                              "rows": {"per_trial": {"images_per_s": 10.0},
-                                                      "per_trial_channels_last": {"images_per_s": 12.0}}}}}
+                                                      "per_trial_channels_last": {"images_per_s": 9.0},
+                                                      "per_trial_tf32": {"images_per_s": 20.0},
+                                                      "per_trial_tf32_channels_last": {"images_per_s": 28.0}}}}}
     found = choices(measured["nets"])
-    assert found == {"strategy": {"cifar_shallow": "streams"}, "channels_last": {"cifar_shallow": True}}
+    assert found == {"strategy": {"cifar_shallow": "streams"}, "channels_last": {"cifar_shallow": False},
+                     "channels_last_tf32": {"cifar_shallow": True}}
     assert convnet_strategy("cifar_shallow", "cuda", found) == "streams"
     assert convnet_strategy("cifar_shallow", "cpu", found) == "per_trial"
     assert convnet_strategy("wide_resnet", "cuda", found) == "per_trial"  # (not measured: one trial per process)
-    assert channels_last("cifar_shallow", found) is True and channels_last("wide_resnet", found) is False
+    # the layout per precision, as measured (a GPU's fp32 and tensor-core kernels favour different ones)
+    assert channels_last("cifar_shallow", "tf32", found) is True and channels_last("cifar_shallow", "fp32", found) is False
+    assert channels_last("cifar_shallow", "bf16", found) is False  # (fp32's measurement serves bf16)
+    assert channels_last("wide_resnet", "tf32", found) is False
