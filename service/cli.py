@@ -174,6 +174,7 @@ def cmd_run(args) -> int:
                   f"{len(spec.seed_list)} seeds = {spec.trial_count} trials of {spec.epochs} epochs on {spec.dataset} "
                   f"({splits.sizes()['train']} training examples, from {splits.source})")
     dashboard = connect_ray(settings)
+    marks = {"Ray ready": time.time()}  # (where the fixed start went: the wall time's line below)
     console.print(f"MLflow: {settings.resolved_tracking_uri}   Ray dashboard: {dashboard or 'not running'}")
     progress = LiveProgress(spec.trial_count, spec.epochs, console)
     if spec.until_decided:
@@ -181,7 +182,8 @@ def cmd_run(args) -> int:
                       f"only for the configurations of open claims")
     outcome = run_sweep(spec, settings, splits=splits, sweep_id=sweep_id, quick=args.quick, name=args.name,
                         callbacks=(progress,), on_reused=progress.reused, on_round=progress.round,
-                        on_plan=lambda plan: console.print(plan.summary(), soft_wrap=True), figures_later=True)
+                        on_plan=lambda plan: (marks.setdefault("planned", time.time()),
+                                              console.print(plan.summary(), soft_wrap=True)), figures_later=True)
     progress.progress.stop()  # Tune stops it, unless every trial came from the cache
 
     trained = time.time()
@@ -196,8 +198,9 @@ def cmd_run(args) -> int:
         console.print(f"Report again: actsweep report {outcome.sweep_id}\nMLflow UI: {serve}"
                       f"{experiment_link(ui, outcome.experiment_id, outcome.sweep_id)}", soft_wrap=True)
     if progress.first_epoch:  # where the wall time went (docs/plan.md): the fixed start, training, the report
+        start = ", ".join(f"{name} at {at - started:.1f} s" for name, at in marks.items())
         console.print(f"Wall time {time.time() - started:.1f} s: {progress.first_epoch - started:.1f} s from the command "
-                      f"to the first trial-epoch (first trial started at {progress.first_start - started:.1f} s), "
+                      f"to the first trial-epoch ({start}, first trial started at {progress.first_start - started:.1f} s), "
                       f"{trained - progress.first_epoch:.1f} s to the last, {time.time() - trained:.1f} s for the tables")
     log_sweep_figures(settings.resolved_tracking_uri, outcome)  # (after the tables: the MLflow UI's figures)
     if outcome.errors:

@@ -1,5 +1,6 @@
 """The command line, end to end: a real local Ray, a real MLflow store, real data (digits)."""
 import json
+import re
 import subprocess
 import time
 
@@ -42,6 +43,12 @@ def test_sweep_runs_every_trial_and_prints_medians(e2e):
         mine = [r for r in rows if r["activation"] == activation]
         assert [r["lr"] for r in mine if r["lr_chosen"]] == [min(mine, key=lambda r: r["val_loss"])["lr"]]
     assert "[12/12]" in stderr  # the live progress reported every trial
+    # where the fixed start went, in the order it happened (docs/speed-gpu.md reads this line)
+    wall = re.search(r"Wall time [\d.]+ s: ([\d.]+) s from the command to the first trial-epoch \(Ray ready at ([\d.]+) s, "
+                     r"planned at ([\d.]+) s, first trial started at ([\d.]+) s\)", stderr)
+    assert wall is not None, stderr[-2000:]
+    first_epoch, ray_ready, planned, first_trial = map(float, wall.groups())
+    assert 0 < ray_ready <= planned <= first_trial <= first_epoch
 
 
 def test_every_trial_is_a_child_run_with_per_epoch_metrics(e2e):
