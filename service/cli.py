@@ -155,8 +155,12 @@ def cmd_run(args) -> int:
 
     for name in spec.activation:  # f and f′ finite on a probe tensor, or a clear error now
         probe(spec.activation_def(name))
+    # Ray starts in the background (docs/plan.md) while the footprint is estimated (its meta-device
+    # ops import torch._dynamo: 1-2 s) and Tune and MLflow import. A spec refused by the footprint,
+    # or a dataset not found, ends this process seconds before a Ray start could finish and print.
+    start_ray(settings)
     _check_footprint(spec, settings)
-    start_ray(settings)  # (once the spec is valid; in the background, while Tune and MLflow import: docs/plan.md)
+    splits = loading.result()  # (a missing dataset raises DatasetNotFound, with instructions)
     # Imported once the spec is valid: Ray and Tune take seconds to import.
     from service.driver.progress import LiveProgress
     from service.driver.sweeps import connect_ray, log_sweep_figures, run_sweep
@@ -165,7 +169,6 @@ def cmd_run(args) -> int:
     from service.reporting.results import sweep_results
     from service.runs.links import experiment_link
 
-    splits = loading.result()  # (a missing dataset raises DatasetNotFound, with instructions)
     console = Console(stderr=True, soft_wrap=True)
     sweep_id = new_sweep_id()
     part = f" slice {spec.slice.label()}" if spec.slice.label() else ""
