@@ -155,12 +155,12 @@ def cmd_run(args) -> int:
 
     for name in spec.activation:  # f and f′ finite on a probe tensor, or a clear error now
         probe(spec.activation_def(name))
-    # Ray starts in the background (docs/plan.md) while the footprint is estimated (its meta-device
-    # ops import torch._dynamo: 1-2 s) and Tune and MLflow import. A spec refused by the footprint,
-    # or a dataset not found, ends this process seconds before a Ray start could finish and print.
-    start_ray(settings)
     _check_footprint(spec, settings)
-    splits = loading.result()  # (a missing dataset raises DatasetNotFound, with instructions)
+    splits = loading.result()  # (a missing dataset raises DatasetNotFound, with instructions; no Ray started)
+    # Ray starts once the spec and the data are good, in the background, while Tune and MLflow
+    # import (docs/plan.md). Started before the footprint estimate, a refused spec printed Ray's
+    # warnings beside its one-line error and took 8.5 s to refuse, for no gain on 2 cores.
+    start_ray(settings)
     # Imported once the spec is valid: Ray and Tune take seconds to import.
     from service.driver.progress import LiveProgress
     from service.driver.sweeps import connect_ray, log_sweep_figures, run_sweep
