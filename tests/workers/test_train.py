@@ -188,3 +188,21 @@ def test_augmentation_keeps_shapes_and_flips_or_crops():
     out = augment_batch(x, {"crop_padding": 1, "flip": True}, torch.Generator().manual_seed(0))
     assert out.shape == x.shape and not torch.equal(out, x)
     assert torch.equal(augment_batch(x, {"crop_padding": 0, "flip": False}, torch.Generator()), x)
+
+
+def test_noise_drawn_in_threads_is_the_noise_a_loop_draws():
+    # Figure 3's noisy test copies: per seed its own CPU stream, level after level; drawn side by
+    # side on a GPU machine, they must be the draws of one loop, bit for bit
+    from workers.train import uniform_draws
+
+    def streams():
+        return {seed: torch.Generator().manual_seed(10_000 + seed) for seed in (0, 1, 2, 7)}
+
+    alone, together = streams(), streams()
+    for _ in range(3):  # three noise levels: each stream goes on where it stood
+        one = uniform_draws(alone, (50, 20), torch.device("cpu"), workers=1)
+        four = uniform_draws(together, (50, 20), torch.device("cpu"), workers=4)
+        assert list(one) == list(four) == [0, 1, 2, 7]
+        for seed in one:
+            assert torch.equal(one[seed], four[seed]), seed
+    assert not torch.equal(one[0], one[1])  # (each seed its own noise)
