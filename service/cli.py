@@ -5,6 +5,8 @@ import argparse
 import json
 import os
 import sys
+import time
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -137,8 +139,6 @@ def cmd_plan(args) -> int:
 
 
 def cmd_run(args) -> int:
-    import time
-
     import psutil
 
     started = psutil.Process().create_time()  # the command's start, imports included
@@ -157,9 +157,8 @@ def cmd_run(args) -> int:
         probe(spec.activation_def(name))
     _check_footprint(spec, settings)
     splits = loading.result()  # (a missing dataset raises DatasetNotFound, with instructions; no Ray started)
-    # Ray starts once the spec and the data are good, in the background, while Tune and MLflow
-    # import (docs/plan.md). Started before the footprint estimate, a refused spec printed Ray's
-    # warnings beside its one-line error and took 8.5 s to refuse, for no gain on 2 cores.
+    # Ray starts once the spec and the data are good (a refusal prints one line, no Ray's), in the
+    # background while Tune and MLflow import (docs/plan.md: what starting it sooner measured)
     start_ray(settings)
     # Imported once the spec is valid: Ray and Tune take seconds to import.
     from service.driver.progress import LiveProgress
@@ -185,8 +184,7 @@ def cmd_run(args) -> int:
                       f"only for the configurations of open claims")
     outcome = run_sweep(spec, settings, splits=splits, sweep_id=sweep_id, quick=args.quick, name=args.name,
                         callbacks=(progress,), on_reused=progress.reused, on_round=progress.round,
-                        on_plan=lambda plan: (marks.setdefault("planned", time.time()),
-                                              console.print(plan.summary(), soft_wrap=True)), figures_later=True)
+                        on_plan=partial(_print_plan, console, marks), figures_later=True)
     progress.progress.stop()  # Tune stops it, unless every trial came from the cache
 
     trained = time.time()
@@ -291,6 +289,11 @@ def _check_memory_floor(spec) -> None:
     refused = memory_floor_refusal(spec, psutil.virtual_memory().total)
     if refused is not None:
         raise SpecError(refused[1])
+
+
+def _print_plan(console, marks: dict, plan) -> None:
+    marks.setdefault("planned", time.time())  # (the first plan: seeds until decided plans each round)
+    console.print(plan.summary(), soft_wrap=True)
 
 
 def _check_footprint(spec, settings) -> None:

@@ -81,16 +81,15 @@ def _run_trial(config: dict, splits: Splits, device: torch.device) -> None:
     context = ray.get_runtime_context()  # where it runs, and what it holds of a GPU (a pack may hold half)
     node = {"node_id": context.get_node_id(), "gpus": context.get_assigned_resources().get("GPU", 0.0)}
     state: dict = {}
+    cfgs = [TrialConfig.from_config(m) for m in members(config)]  # (one, or a fused pack's members)
     if is_pack(config):  # a fused pack: one report per epoch holds every member's metrics
-        cfgs = [TrialConfig.from_config(m) for m in members(config)]
         # as a list of [index, metrics] pairs, not a dict: Tune keeps running statistics of every
         # number in a dict it can flatten, 2.6 MB a 50-member pack (docs/load.md, driver memory)
         epochs = (
             {"epoch": report_epoch(report), "members": [[i, m] for i, m in enumerate(report) if m is not None]}
             for report in train_pack(cfgs, splits, device, resume=resume, on_state=state.update))
     else:
-        epochs = train_epochs(TrialConfig.from_config(members(config)[0]), splits, device,
-                              resume=resume, on_state=state.update)
+        epochs = train_epochs(cfgs[0], splits, device, resume=resume, on_state=state.update)
     # The last REPORTED_AGAIN epochs saved before an interruption may not have reached MLflow (the
     # driver's logger writes in batches of fewer; the last may not have been reported at all): they
     # are reported again (the logger skips the epochs a run already has).
@@ -98,7 +97,7 @@ def _run_trial(config: dict, splits: Splits, device: torch.device) -> None:
     for result in reported:
         tune.report(result)
     resumed_from = {"resumed_from_epoch": resume["epoch"]} if resume is not None else {}
-    pacer, last_epoch = CheckpointPacer(), TrialConfig.from_config(members(config)[0]).epochs
+    pacer, last_epoch = CheckpointPacer(), cfgs[0].epochs
     for result in epochs:
         result.update(node, **resumed_from)  # the first epoch after a resume says so
         resumed_from = {}
