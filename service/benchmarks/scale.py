@@ -78,6 +78,18 @@ def _median_ms(client, url: str, repeats: int = 5) -> float:
     return round(statistics.median(times), 1)
 
 
+def _stop_api_and_its_head(api, settings) -> int:
+    """The API server, then the Ray head it started for this home (``actsweep stop --force``): the
+    head outlives its API by design, and an idle head uses 11-14 CPU-s a minute here. Returns how
+    many of the head's processes are left."""
+    from service.control.jobs import RayJobs
+    from service.records import SweepStore
+
+    api.stop()
+    head, _ = RayJobs(settings).stop_own_head(True, SweepStore(settings.resolved_database_url))
+    return len(head.processes()) if head is not None else 0
+
+
 def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
     """One sweep of ``trials``; everything measured about it."""
     import httpx
@@ -127,7 +139,7 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
     try:
         outcome = run_sweep(spec, settings, callbacks=(Training(),))
     except BaseException:
-        api.stop()
+        _stop_api_and_its_head(api, settings)
         raise
     finally:
         running.clear()
@@ -174,7 +186,7 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
             rest["sweep list"] = _median_ms(client, "/sweeps?limit=20")
             rest["sweep detail"] = _median_ms(client, f"/sweeps/{outcome.sweep_id}")
     finally:
-        api.stop()
+        head_processes_left = _stop_api_and_its_head(api, settings)
     return {"trials": outcome.trials, "tune_trials": len(training), "mode": mode, "wall_s": round(wall, 1),
             "training_s": round(sum(training.values()), 1), "overhead_per_trial_s": round(overhead, 3),
             "driver_peak_mb_above_start": round((memory_peak - memory_before) / 1024, 1),
@@ -183,7 +195,8 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
             "mlflow_read_s": round(read, 2), "report_s": round(report, 2), "rest_ms": rest, **integrity,
             "rest_during_sweep_ms": {"requests": len(during), "p50": round(statistics.median(during), 1),
                                      "p99": round(sorted(during)[int(0.99 * (len(during) - 1))], 1),
-                                     "max": round(max(during), 1)} if during else {}}
+                                     "max": round(max(during), 1)} if during else {},
+            "head_processes_left": head_processes_left}
 
 
 def plot(rows: list[dict], path: Path) -> None:

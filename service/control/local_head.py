@@ -36,11 +36,14 @@ class LocalHead:
     temp_dir: str
 
     def processes(self) -> list[psutil.Process]:
-        """The head's processes: those whose command line names its temp folder, and their children
+        """The head's processes: those whose command line names its temp folder or, as Ray Client's
+        server does (``--address=HOST:PORT``, on the node's own IP), its GCS port; and their children
         (Ray renames its workers ``ray::…``, so only their parentage ties them to the head)."""
+        gcs = f":{self.gcs_address.rsplit(':', 1)[1]}"
         roots = []
         for process in psutil.process_iter(["cmdline"]):
-            if any(self.temp_dir in arg for arg in process.info["cmdline"] or ()):
+            if any(self.temp_dir in arg or (arg.startswith("--address=") and arg.endswith(gcs))
+                   for arg in process.info["cmdline"] or ()):
                 roots.append(process)
         found = {p.pid: p for p in roots}
         for process in roots:

@@ -23,4 +23,5 @@ def test_a_small_sweep_is_measured_and_whole(tmp_path):
     assert row["runs"] == row["grid_points"] == 16
     assert row["duplicate_points"] == 0 and row["finished"] == 16 and row["runs_with_every_epoch_once"] == 16
     assert row["rest_during_sweep_ms"]["requests"] >= 1  # the API was asked while the sweep ran
+    assert row["head_processes_left"] == 0  # the Ray head `serve` started for the bench's home, stopped
     assert json.loads(out.read_text())["rows"][0]["trials"] == 16
