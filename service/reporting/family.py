@@ -22,9 +22,9 @@ class Family:
     sequential: Any = None  # until_decided: its looks (service.reporting.sequential.SequentialOutcome)
 
 
-def decide_family(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> Family:
-    """Every claim of a sweep decided as one family: with Holm (:func:`decide`), or over the looks
-    of seeds until decided."""
+def decide_family(runs: pd.DataFrame, table: pd.DataFrame, spec: dict, explain: bool = True) -> Family:
+    """Every claim of a sweep decided as one family: with Holm (:func:`decide`; ``explain``: as
+    there), or over the looks of seeds until decided."""
     if not spec or not len(table):
         return Family()
     if spec.get("until_decided"):  # seeds until decided: the looks' group-sequential decisions
@@ -34,11 +34,12 @@ def decide_family(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> Family
     smallest_effect = protocol.get("smallest_effect", 0.02)
     numbers = verdicts(reported_rows(runs, table, spec), smallest_effect)
     claims = claim_verdicts(runs, table, spec)
-    decide(numbers + claims, protocol.get("alpha", st.ALPHA), smallest_effect)
+    decide(numbers + claims, protocol.get("alpha", st.ALPHA), smallest_effect, explain)
     return Family(numbers, claims)
 
 
-def family_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict) -> tuple[list[Verdict], list[Verdict]]:
+def family_verdicts(runs: pd.DataFrame, table: pd.DataFrame, spec: dict,
+                    explain: bool = True) -> tuple[list[Verdict], list[Verdict]]:
     """(the orderings of the paper's numbers, the ranking claims' pairs), decided as one family."""
-    found = decide_family(runs, table, spec)
+    found = decide_family(runs, table, spec, explain)
     return found.numbers, found.claims

@@ -5,6 +5,7 @@ falsely at most 5% of the time under the null, at 3, 5, 10 and 20 seeds, with no
 and heavy-tailed (Student t, 2 degrees of freedom) noise, with the seed's effect shared by both
 sides of a pair (paired) or not (unpaired). Tolerances are 3 simulation standard errors.
 """
+import copy
 import math
 
 import numpy as np
@@ -98,7 +99,8 @@ def _family(rng, noise, n, paired, shifts, reps):
         seed_effect = rng.normal(0, 1, n) if paired else np.zeros(n)
         gelu = _row("gelu", value(rng, noise, seed_effect))
         others = [_row(f"act{i}", value(rng, noise, seed_effect, shift)) for i, shift in enumerate(shifts)]
-        found = decide([compare(gelu, o, f"gelu < {o.activation} on test_error", (None, None)) for o in others])
+        found = decide([compare(gelu, o, f"gelu < {o.activation} on test_error", (None, None)) for o in others],
+                       explain=False)  # (the verdicts only: the seeds an undecided claim needs are not read)
         outcomes.append([v.verdict for v in found])
     return outcomes
 
@@ -177,7 +179,10 @@ def test_decide_gives_the_words_of_the_family_rejections():
             claims = [compare(_row("gelu", 1.0 + shift + 0.01 * rng.normal(size=8)), _row(f"act{i}", 1.0 + 0.01 * rng.normal(size=8)),
                               f"gelu < act{i} on test_error", (None, None), smallest_effect=DELTA)
                       for i, shift in enumerate(shifts)]
+            quiet = decide(copy.deepcopy(claims), explain=False)  # (as the simulations decide: no seed counts)
             words = [v.verdict for v in decide(claims)]
+            assert [v.verdict for v in quiet] == words and not any(v.seeds_needed for v in quiet)
+            assert all(v.seeds_needed for v in claims if v.verdict == "inconclusive")
             direction, equivalence = st.family_rejections(np.array([[v.p_value for v in claims]]),
                                                           np.array([[v.p_equivalent for v in claims]]))
             assert words == [v.towards if d else "equivalent" if e else "inconclusive"
@@ -357,7 +362,7 @@ def test_a_record_of_null_data_decides_a_claim_at_most_5_percent_of_the_time(exp
                              for a, lr, d, s in points])
         table = choose_lr_on_validation(median_over_seeds(runs, metrics=table_metrics(runs, spec)),
                                         by=selection_metric(spec["protocol"]))
-        numbers, claims = family_verdicts(runs, table, spec)
+        numbers, claims = family_verdicts(runs, table, spec, explain=False)  # (the verdicts only)
         assert numbers + claims
         # under the null a strict order decided either way is false; a "≤" claim (no worse than by the
         # margin) is true, and only its "not reproduced" is false
