@@ -309,16 +309,16 @@ def _check_footprint(spec, settings) -> None:
 
 
 def cmd_serve(args) -> int:
+    settings = get_settings()
+    if settings.api_token is None and not _loopback(args.host):  # (refused before seconds of imports)
+        raise SpecError(f"--host: {args.host} is reachable from other machines, and without ACTSWEEP_API_TOKEN anyone "
+                        f"there could run sweeps: set ACTSWEEP_API_TOKEN, or listen on 127.0.0.1 (the default)")
     import uvicorn
 
     from service.api.main import create_app
     from service.control.jobs import ClusterUnreachable, RayJobs
     from service.settings import mask_secrets
 
-    settings = get_settings()
-    if settings.api_token is None and not _loopback(args.host):
-        raise SpecError(f"--host: {args.host} is reachable from other machines, and without ACTSWEEP_API_TOKEN anyone "
-                        f"there could run sweeps: set ACTSWEEP_API_TOKEN, or listen on 127.0.0.1 (the default)")
     try:  # this home's own head (reattached, or started on free ports), or the cluster it is pointed at
         RayJobs(settings).ensure_cluster(wait_s=settings.ray_join_timeout_s)
     except (ClusterUnreachable, RuntimeError) as exc:

@@ -74,7 +74,7 @@ def test_a_scheduled_trial_trains_the_same_with_its_lr_on_the_device(cifar, monk
     """The CPU trains with a float lr (the records' path); the GPU's path, the lr a tensor read by
     fused Adam or foreach SGD, run here on the CPU, gives the same trial to float rounding."""
     settings = {"momentum": 0.9, "nesterov": True, "weight_decay": 5e-4} if optimizer == "sgd" else {}
-    cfg = TrialConfig("elu", 0.01 if optimizer == "sgd" else 1e-3, 0.0, 0, epochs=3, batch_size=32, model=WRN,
+    cfg = TrialConfig("elu", 0.01 if optimizer == "sgd" else 1e-3, 0.0, 0, epochs=2, batch_size=32, model=WRN,
                       optimizer=optimizer, schedule=SCHEDULES[1], augment={"crop_padding": 4, "flip": True}, **settings)
     floats = list(train_epochs(cfg, cifar))
     made = train.make_optimizer
