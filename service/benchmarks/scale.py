@@ -80,8 +80,8 @@ def _median_ms(client, url: str, repeats: int = 5) -> float:
 
 def _stop_api_and_its_head(api, settings) -> int:
     """The API server, then the Ray head it started for this home (``actsweep stop --force``): the
-    head outlives its API by design, and an idle head uses 11-14 CPU-s a minute here. Returns how
-    many of the head's processes are left."""
+    head outlives its API by design, and an idle head with its dashboard uses 2-4 CPU-s a minute
+    here. Returns how many of the head's processes are left."""
     from service.control.jobs import RayJobs
     from service.records import SweepStore
 

@@ -194,7 +194,7 @@ def decide(found: list[Verdict], alpha: float = st.ALPHA, smallest_effect: float
     adjusted p is below ``alpha`` is decided in the order that test leans to; else one whose TOST's
     is, "equivalent"; else it is inconclusive and says how many seeds would decide it with 80% power
     (at the family's first-step level for each test). ``explain=False`` leaves that count out: the
-    verdicts are the same, and a simulation of thousands of decisions spends 40% of its time on it."""
+    verdicts are the same, and a simulation of thousands of decisions spent most of its time on it."""
     tested = [v for v in found if v.verdict != "diverged"]
     direction, equivalence = st.family_adjusted_p(
         [math.nan if v.p_value is None else v.p_value for v in tested],
