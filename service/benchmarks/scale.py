@@ -119,7 +119,7 @@ def measure_one(trials: int, mode: str, pack_size: int, home: Path) -> dict:
             training[trial.trial_id] = training.get(trial.trial_id, 0.0) + members[0].get("epoch_seconds", 0.0)
 
     env = {**os.environ, "ACTSWEEP_HOME": str(home), "ACTSWEEP_DOWNLOAD": "false", "ACTSWEEP_DASHBOARD": "false"}
-    api = ApiServer(env, log=home / "api.log").start()
+    api = ApiServer(env, log=home / "api.log").start(timeout_s=120)  # (it starts its own Ray head: a minute on busy cores)
     during: list[float] = []  # the sweep list's latency while the sweep runs, ms (one request every 0.5 s)
     running = threading.Event()
     running.set()
