@@ -151,15 +151,17 @@ def cmd_run(args) -> int:
     from service.ray_session import start_ray
 
     loading = in_background(load_splits, spec, settings)  # (while torch imports and the spec is checked)
+    if (os.cpu_count() or 1) >= settings.early_ray_cpus:  # (many cores: Ray's start overlaps the checks below)
+        start_ray(settings)
     from workers.activations import probe
 
     for name in spec.activation:  # f and f′ finite on a probe tensor, or a clear error now
         probe(spec.activation_def(name))
     _check_footprint(spec, settings)
     splits = loading.result()  # (a missing dataset raises DatasetNotFound, with instructions; no Ray started)
-    # Ray starts once the spec and the data are good (a refusal prints one line, no Ray's), in the
-    # background while Tune and MLflow import (docs/plan.md: what starting it sooner measured)
-    start_ray(settings)
+    # On few cores Ray starts once the spec and the data are good (a refusal prints one line, no Ray's),
+    # in the background while Tune and MLflow import (docs/plan.md: what starting it sooner measured)
+    start_ray(settings)  # (a start already under way: the same one)
     # Imported once the spec is valid: Ray and Tune take seconds to import.
     from service.driver.progress import LiveProgress
     from service.driver.sweeps import connect_ray, log_sweep_figures, run_sweep

@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     ray_address: str | None = None  # None: start a local Ray; "auto" or ray://host:10001 to join one
     num_cpus: int | None = None  # CPUs of a local Ray (default: all)
     dashboard: bool = True  # start the Ray dashboard with a local Ray
+    # `run` starts Ray first, beside its torch imports, spec checks and dataset load, on a machine with
+    # at least this many CPUs (16 on a GPU machine: they overlap there); on fewer, after those checks
+    # (on 2 cores they compete, and a refused spec would start a Ray for nothing: docs/plan.md)
+    early_ray_cpus: int = 8
     data_dir: Path | None = None  # default: HOME/data
     # decoded copies of compressed datasets (MNIST's pickle: 220 MB), default HOME/dataset_cache
     dataset_cache_dir: Path | None = None

@@ -198,12 +198,42 @@ def test_a_host_that_does_not_answer_is_waited_for_the_join_timeout(monkeypatch)
 
 def test_missing_dataset_exits_2_naming_the_directory(actsweep_env, tmp_path, monkeypatch, capsys):
     import workers.data.mnist as datasets
+    from service import ray_session
 
     monkeypatch.setattr(datasets, "_mnist_from_package", lambda: None)  # injected fault: no offline copy
     monkeypatch.setenv("ACTSWEEP_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("ACTSWEEP_EARLY_RAY_CPUS", "100000")  # a machine of few cores: Ray after the checks
+    monkeypatch.setattr(ray_session, "_connection", None)
     assert main(["run", "mnist_classification", "--quick"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{tmp_path}/data/MNIST/raw" in err and "dataset: mnist not found" in err
+    assert ray_session._connection is None  # no Ray started for a refused spec
+
+
+def test_on_many_cores_ray_starts_before_the_checks_and_a_refusal_still_names_the_dataset(
+        actsweep_env, tmp_path, monkeypatch, capsys):
+    import ray
+
+    import workers.data.mnist as datasets
+    from service import ray_session
+
+    monkeypatch.setattr(datasets, "_mnist_from_package", lambda: None)  # injected fault: no offline copy
+    monkeypatch.setenv("ACTSWEEP_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("ACTSWEEP_EARLY_RAY_CPUS", "1")  # any machine counts as many-core
+    monkeypatch.setenv("ACTSWEEP_NUM_CPUS", "1")
+    monkeypatch.setenv("ACTSWEEP_DASHBOARD", "false")
+    ray.shutdown()  # (the session's Ray, where a test left it: this test starts one of its own)
+    monkeypatch.setattr(ray_session, "_connection", None)
+    try:
+        assert main(["run", "mnist_classification", "--quick"]) == 2
+        assert ray_session._connection is not None  # begun before the dataset was found missing
+        assert "dataset: mnist not found" in capsys.readouterr().err
+        ray_session._connection.result(timeout=120)  # (a real start: it comes up, and is shut down below)
+        assert ray.is_initialized()
+    finally:
+        if ray_session._connection is not None:
+            ray_session._connection.exception(timeout=120)
+            ray.shutdown()
 
 
 def test_unknown_sweep_exits_2(actsweep_env, capsys):
