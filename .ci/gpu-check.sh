@@ -57,6 +57,7 @@ sweep=$(grep -o 'actsweep report [0-9a-f]*' "$OUT/fig2_full_protocol.log" 2>/dev
   && echo "exported sweep $sweep to $OUT/exports"
 step bench_paper "${GPU_CHECK_BENCH_S:-150}" "$py" -m service.cli bench --device cuda --workload paper \
   --variants engine,fused --out "$OUT/speed_paper_cuda.json"
-# (GPU_CHECK_CIFAR_ARGS picks nets and rows, e.g. "--rows streams --nets cifar10_shallow")
+# (GPU_CHECK_CIFAR_ARGS picks nets and rows, e.g. "--rows streams --nets cifar10_shallow"; the streams
+# row, in a child process, gets 45 s: on an H100 at a70db31 it had not finished after 100 s)
 step bench_cifar "${GPU_CHECK_CIFAR_S:-180}" "$py" -m service.cli bench --device cuda --workload cifar \
-  --out "$OUT/speed_cifar_cuda.json" ${GPU_CHECK_CIFAR_ARGS:-}
+  --out "$OUT/speed_cifar_cuda.json" --row-timeout 45 ${GPU_CHECK_CIFAR_ARGS:-}

@@ -21,7 +21,9 @@ extrapolated to an epoch of 45,000 images (:data:`EPOCH_IMAGES`), evaluation not
 - packed rows (``--pack`` trials of the net at once; the nets of ``--packed-nets``):
   processes (that many trial processes side by side: fractional GPUs; each times its own window,
   the rates add), streams (that many trials in one process, each stepping on its own CUDA stream;
-  on a CPU one after another), grouped_conv (cifar_shallow only: the members' convolutions as one
+  on a CPU one after another; in a child process of its own, given ``--row-timeout`` seconds: on an
+  H100 it once ran past 100 s where per_trial takes 1 s, and a row that hangs must not take the rest
+  of the bench with it), grouped_conv (cifar_shallow only: the members' convolutions as one
   grouped convolution, batch norms as one over their channels, the read-out a grouped 1×1
   convolution; a bench prototype of a conv pack, not yet a trial kind).
 
@@ -62,6 +64,7 @@ NETS = {  # experiment → (the net's activation, lr, dropout): one grid point o
 ROWS = ("plain", "per_trial", "per_trial_tf32", "per_trial_channels_last", "per_trial_tf32_channels_last",
         "processes", "streams", "grouped_conv")
 PACKED = ("processes", "streams", "grouped_conv")
+ISOLATED = ("streams",)  # rows run in a child process with a time limit (the module docstring says why)
 
 
 # -- the nets, the data -----------------------------------------------------------------------------
@@ -250,6 +253,21 @@ def streams_rate(cfg, splits, device: str, steps: int, warmup: int, trials: int)
     return trials * steps * cfg.batch_size / seconds
 
 
+def isolated_rate(experiment: str, row: str, args, timeout_s: float) -> float | None:
+    """Images per second of ``row`` run in a child process of its own (``--one-trial NET --row ROW``);
+    None where it did not finish within ``timeout_s`` (the child is killed)."""
+    command = [sys.executable, "-m", "service.benchmarks.cifar", "--one-trial", experiment, "--row", row,
+               "--device", args.device, "--steps", str(args.steps), "--warmup", str(args.warmup),
+               "--pack", str(args.pack)] + (["--tiny"] if args.tiny else []) + (["--batch", str(args.batch)] if args.batch else [])
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode:
+        raise RuntimeError(f"the {row} row's process failed ({done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["images_per_s"]
+
+
 def processes_rate(experiment: str, args, trials: int) -> float:
     """Images per second of ``trials`` trial processes side by side (each runs the per_trial row
     alone; their rates add: their timed windows overlap, after each one's warm-up)."""
@@ -352,12 +370,16 @@ def grouped_conv_rate(cfg, splits, device: str, steps: int, warmup: int, trials:
 # -- the run ------------------------------------------------------------------------------------------------
 
 def one_trial(argv: list[str]) -> None:
-    """``--one-trial NET``: the per_trial row alone, its rate as a JSON line (the processes row's worker)."""
+    """``--one-trial NET [--row ROW]``: the per_trial row (the processes row's worker) or ``ROW`` alone,
+    its rate as a JSON line."""
     args = parser().parse_args(argv)
     cfg = trial_config(args.one_trial, args.tiny, args.batch)
     with tempfile.TemporaryDirectory() as scratch:
         splits, _ = cifar_splits(_dataset(args.one_trial), _data_dir(), Path(scratch))
-    rate = per_trial_rate(cfg, splits, args.device, args.steps, args.warmup)
+        if args.row == "streams":
+            rate = streams_rate(cfg, splits, args.device, args.steps, args.warmup, args.pack)
+        else:
+            rate = per_trial_rate(cfg, splits, args.device, args.steps, args.warmup)
     print(json.dumps({"images_per_s": rate}))
 
 
@@ -384,7 +406,10 @@ def parser() -> argparse.ArgumentParser:
     found.add_argument("--tiny", action="store_true", help="the specs' quick nets (the test's run)")
     found.add_argument("--loader-workers", type=int, default=None, help="the plain script's DataLoader workers")
     found.add_argument("--out", default=os.environ.get("ACTSWEEP_BENCH_OUT", "docs/benchmarks/cifar.json"))
+    found.add_argument("--row-timeout", type=float, default=90.0,
+                       help=f"seconds for each of the rows run in a child process ({', '.join(ISOLATED)})")
     found.add_argument("--one-trial", default=None, help=argparse.SUPPRESS)
+    found.add_argument("--row", default="per_trial", choices=["per_trial", *ISOLATED], help=argparse.SUPPRESS)
     return found
 
 
@@ -453,8 +478,12 @@ def main(argv: list[str] | None = None) -> dict:
                     rate = plain_rate(cfg, splits, args.device, args.steps, args.warmup, workers)
                 elif row == "processes":
                     rate = processes_rate(net, args, trials)
-                elif row == "streams":
-                    rate = streams_rate(cfg, splits, args.device, args.steps, args.warmup, trials)
+                elif row in ISOLATED:
+                    rate = isolated_rate(net, row, args, args.row_timeout)
+                    if rate is None:
+                        found.setdefault("unfinished", {})[row] = f"did not finish in {args.row_timeout:.0f} s"
+                        print(f"  {row:<24} did not finish in {args.row_timeout:.0f} s (its process stopped)", flush=True)
+                        continue
                 elif row == "grouped_conv":
                     rate = grouped_conv_rate(cfg, splits, args.device, args.steps, args.warmup, trials)
                 else:

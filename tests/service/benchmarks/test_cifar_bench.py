@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from service.benchmarks.cifar import GroupedShallowNet, choices, flops_per_training_image, main
+from service.benchmarks.cifar import GroupedShallowNet, choices, flops_per_training_image, isolated_rate, main, parser
 from workers.convnet_plan import channels_last, convnet_strategy
 from workers.models import build_model
 
@@ -30,6 +30,12 @@ def test_the_bench_prints_every_row_tiny(tmp_path, capsys):
             measured["images_per_s"] / 45_000, rel=1e-2, abs=1e-4)
     assert rows["streams"]["trials"] == rows["grouped_conv"]["trials"] == 2
     assert json.loads(out.read_text())["nets"]["cifar10_shallow"]["fastest_to_share"] in ("per_trial", "streams", "grouped_conv")
+
+
+def test_a_row_in_its_own_process_that_runs_past_its_limit_is_stopped_and_reported_none():
+    args = parser().parse_args(["--tiny", "--steps", "1", "--warmup", "1", "--pack", "2", "--batch", "16"])
+    # (injected: a limit shorter than the child's imports, so the row cannot finish in it)
+    assert isolated_rate("cifar10_shallow", "streams", args, timeout_s=0.5) is None
 
 
 def test_the_grouped_pack_computes_each_members_net():
