@@ -5,8 +5,8 @@
 #      with GPU_CHECK_SEEDS=1, docs/reproductions/gpu_seeds.sh beside them (its numbers, not its speed,
 #      matter: it shares the GPU with the tests, never with the timed steps below)
 #   (GPU_CHECK_START_AB=1: first, Figure 2 for one epoch with Ray started first and then after the
-#   spec's checks, ACTSWEEP_EARLY_RAY_CPUS=1 and 100000, each in a new home (no trial cache):
-#   the marks of their last lines compared)
+#   spec's checks, ACTSWEEP_EARLY_RAY_CPUS=1 and 100000, then first with its workers preloading torch
+#   (ACTSWEEP_PRELOAD_WORKERS=true), each in a new home (no trial cache): their last lines' marks compared)
 #   2. `actsweep run mnist_classification` with no flags: Figure 2's full protocol (90 trials × 50 epochs
 #      on real MNIST), the execution plan left to `auto`, timed from the command to the printed tables;
 #      its sweep exported to $OUT/exports (to compare its seeds with the CPU record's)
@@ -46,9 +46,11 @@ if [ -n "${seeds:-}" ]; then
 fi
 step plan "${GPU_CHECK_PLAN_S:-60}" "$py" -m service.cli plan mnist_classification
 if [ "${GPU_CHECK_START_AB:-0}" = 1 ]; then
-  for early in 1 100000; do
-    ACTSWEEP_HOME=/tmp/actsweep-start-$early ACTSWEEP_EARLY_RAY_CPUS=$early TAIL=2 step "start_early_ray_cpus_$early" 120 "$py" -m service.cli run \
-      mnist_classification --set epochs=1
+  for way in early_ray_cpus_1 early_ray_cpus_100000 early_ray_cpus_1_preload; do
+    early=${way#early_ray_cpus_}; preload=false
+    [ "${early%_preload}" != "$early" ] && { early=${early%_preload}; preload=true; }
+    ACTSWEEP_HOME=/tmp/actsweep-start-$way ACTSWEEP_EARLY_RAY_CPUS=$early ACTSWEEP_PRELOAD_WORKERS=$preload TAIL=2 \
+      step "start_$way" 120 "$py" -m service.cli run mnist_classification --set epochs=1
   done
 fi
 TAIL=60 step fig2_full_protocol "${GPU_CHECK_FIG2_S:-240}" "$py" -m service.cli run mnist_classification

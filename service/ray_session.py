@@ -6,9 +6,9 @@ dataset, making the MLflow store. :func:`start_ray` begins the connection in a b
 and returns at once; :func:`connect_ray` waits for it. The CLI starts it as soon as the spec is
 valid, so the two overlap (docs/plan.md, "Where time goes").
 
-Its workers are not told to import torch as they start (``preload_python_modules``): on 2 cores
-the imports then compete with the driver's own, and the first trial started later, not sooner
-(docs/plan.md).
+Its workers are not told to import torch as they start (``preload_python_modules``) unless
+``ACTSWEEP_PRELOAD_WORKERS`` asks: on 2 cores the imports then compete with the driver's own, and
+the first trial started later, not sooner (docs/plan.md).
 """
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ from concurrent.futures import Future
 
 from service.ray_address import wait_for_ray
 from service.settings import Settings
+
+# What a local Ray's workers import as they start, with ACTSWEEP_PRELOAD_WORKERS: what every trial imports first.
+PRELOADED = ("torch", "workers.trainable")
 
 _lock = threading.Lock()
 _connection: Future | None = None
@@ -64,8 +67,9 @@ def _connect(settings: Settings, connection: Future) -> None:
             wait_for_ray(address, settings.ray_join_timeout_s)  # (ray.init would retry for ever, printing warnings)
             context = ray.init(address=address, log_to_driver=False)
         else:  # "local": a new Ray, even where another one runs on this machine
+            preload = {"_system_config": {"preload_python_modules": list(PRELOADED)}} if settings.preload_workers else {}
             context = ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=settings.dashboard,
-                               log_to_driver=False)
+                               log_to_driver=False, **preload)
     except BaseException as exc:  # (handed to the thread that waits: it raises it)
         connection.set_exception(exc)
         return

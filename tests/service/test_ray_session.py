@@ -70,3 +70,22 @@ def test_a_dead_address_fails_through_the_future_naming_it(tmp_path):
             print("refused", exc)
     """, str(tmp_path), timeout=60)
     assert "refused" in done.stdout and address in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.slow  # starts a Ray (8 s): make test only
+@pytest.mark.parametrize("preload", [True, False])
+def test_preloading_workers_find_torch_imported_before_any_task_asks(tmp_path, preload):
+    done = _python(f"""
+        settings = Settings(home=sys.argv[1], num_cpus=1, dashboard=False, preload_workers={preload})
+        connect_ray(settings)
+
+        @ray.remote(num_cpus=1)
+        def imported():  # (defined here: pickled by value, so running it imports nothing of ours)
+            import sys
+            return sorted(m for m in ("torch", "workers.trainable") if m in sys.modules)
+
+        print("imported", ray.get(imported.remote(), timeout=120))
+    """, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = ["torch", "workers.trainable"] if preload else []
+    assert f"imported {expected}" in done.stdout, done.stdout + done.stderr[-3000:]
