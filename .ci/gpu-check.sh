@@ -4,7 +4,7 @@
 #   1. the tests that need CUDA (marked cuda; ACTSWEEP_REQUIRE_CUDA=1 makes them fail, not skip);
 #      with GPU_CHECK_SEEDS=1, docs/reproductions/gpu_seeds.sh beside them (its numbers, not its speed,
 #      matter: it shares the GPU with the tests, never with the timed steps below)
-#   (GPU_CHECK_START_AB=1: first, Figure 2 for one epoch with Ray started first and then after the
+#   (GPU_CHECK_START_AB=1: first, each of the driver's big imports timed alone, then Figure 2 for one epoch with Ray started first and then after the
 #   spec's checks, ACTSWEEP_EARLY_RAY_CPUS=1 and 100000, then first with its workers preloading torch
 #   (ACTSWEEP_PRELOAD_WORKERS=true), each in a new home (no trial cache): their last lines' marks compared)
 #   2. `actsweep run mnist_classification` with no flags: Figure 2's full protocol (90 trials × 50 epochs
@@ -46,6 +46,10 @@ if [ -n "${seeds:-}" ]; then
 fi
 step plan "${GPU_CHECK_PLAN_S:-60}" "$py" -m service.cli plan mnist_classification
 if [ "${GPU_CHECK_START_AB:-0}" = 1 ]; then
+  # what the driver's imports cost here, each in a new interpreter (the start's longest part on an H100)
+  for module in torch ray ray.tune mlflow scipy.stats matplotlib.pyplot workers.trainable service.driver.sweeps; do
+    "$py" -c "import time; t = time.perf_counter(); import $module; print(f'import $module: {time.perf_counter() - t:.2f} s')"
+  done 2>&1 | tee "$OUT/imports.log"
   for way in early_ray_cpus_1 early_ray_cpus_100000 early_ray_cpus_1_preload; do
     early=${way#early_ray_cpus_}; preload=false
     [ "${early%_preload}" != "$early" ] && { early=${early%_preload}; preload=true; }
