@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     early_ray_cpus: int = 8
     # a local Ray's workers import torch and the trainable as Ray starts them (preload_python_modules),
     # so that Tune's first trial finds them imported; off: on 2 cores the imports competed with the
-    # driver's and the first trial started 3-8 s later (docs/plan.md); not yet measured on many cores
+    # driver's and the first trial started 3-5 s later (docs/plan.md); not yet measured on many cores
     preload_workers: bool = False
     data_dir: Path | None = None  # default: HOME/data
     # decoded copies of compressed datasets (MNIST's pickle: 220 MB), default HOME/dataset_cache
