@@ -50,11 +50,10 @@ if [ "${GPU_CHECK_START_AB:-0}" = 1 ]; then
   for module in torch ray ray.tune mlflow scipy.stats matplotlib.pyplot workers.trainable service.driver.sweeps; do
     "$py" -c "import time; t = time.perf_counter(); import $module; print(f'import $module: {time.perf_counter() - t:.2f} s')"
   done 2>&1 | tee "$OUT/imports.log"
-  for way in early_ray_cpus_1 early_ray_cpus_100000 early_ray_cpus_1_preload; do
-    early=${way#early_ray_cpus_}; preload=false
-    [ "${early%_preload}" != "$early" ] && { early=${early%_preload}; preload=true; }
-    ACTSWEEP_HOME=/tmp/actsweep-start-$way ACTSWEEP_EARLY_RAY_CPUS=$early ACTSWEEP_PRELOAD_WORKERS=$preload TAIL=2 \
-      step "start_$way" 120 "$py" -m service.cli run mnist_classification --set epochs=1
+  for way in "ray_first 1 false" "ray_after_checks 100000 false" "ray_first_preload 1 true"; do
+    set -- $way  # NAME ACTSWEEP_EARLY_RAY_CPUS ACTSWEEP_PRELOAD_WORKERS
+    ACTSWEEP_HOME=/tmp/actsweep-start-$1 ACTSWEEP_EARLY_RAY_CPUS=$2 ACTSWEEP_PRELOAD_WORKERS=$3 TAIL=2 \
+      step "start_$1" 120 "$py" -m service.cli run mnist_classification --set epochs=1
   done
 fi
 TAIL=60 step fig2_full_protocol "${GPU_CHECK_FIG2_S:-240}" "$py" -m service.cli run mnist_classification

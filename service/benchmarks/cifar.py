@@ -253,14 +253,18 @@ def streams_rate(cfg, splits, device: str, steps: int, warmup: int, trials: int)
     return trials * steps * cfg.batch_size / seconds
 
 
+def _row_command(experiment: str, row: str, args) -> list[str]:
+    """The command that runs ``row`` of ``experiment`` alone in a child process (``one_trial``)."""
+    return ([sys.executable, "-m", "service.benchmarks.cifar", "--one-trial", experiment, "--row", row,
+             "--device", args.device, "--steps", str(args.steps), "--warmup", str(args.warmup), "--pack", str(args.pack)]
+            + (["--tiny"] if args.tiny else []) + (["--batch", str(args.batch)] if args.batch else []))
+
+
 def isolated_rate(experiment: str, row: str, args, timeout_s: float) -> float | None:
     """Images per second of ``row`` run in a child process of its own (``--one-trial NET --row ROW``);
     None where it did not finish within ``timeout_s`` (the child is killed)."""
-    command = [sys.executable, "-m", "service.benchmarks.cifar", "--one-trial", experiment, "--row", row,
-               "--device", args.device, "--steps", str(args.steps), "--warmup", str(args.warmup),
-               "--pack", str(args.pack)] + (["--tiny"] if args.tiny else []) + (["--batch", str(args.batch)] if args.batch else [])
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(_row_command(experiment, row, args), capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return None
     if done.returncode:
@@ -271,9 +275,7 @@ def isolated_rate(experiment: str, row: str, args, timeout_s: float) -> float | 
 def processes_rate(experiment: str, args, trials: int) -> float:
     """Images per second of ``trials`` trial processes side by side (each runs the per_trial row
     alone; their rates add: their timed windows overlap, after each one's warm-up)."""
-    command = [sys.executable, "-m", "service.benchmarks.cifar", "--one-trial", experiment, "--device", args.device,
-               "--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--tiny"] if args.tiny else [])
-    command += ["--batch", str(args.batch)] if args.batch else []
+    command = _row_command(experiment, "per_trial", args)
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // trials))}
     running = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(trials)]
     rates = []
