@@ -235,9 +235,18 @@ class ApiServer:
         self.process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
                                          "--log-level", "info"], cwd=REPO, env=self.env, stdout=out, stderr=out,
                                         start_new_session=True)
-        if poll(lambda: answers(f"{self.url}/healthz", status=None), timeout_s, every_s=0.5):
+        if poll(lambda: self.process.poll() is not None or answers(f"{self.url}/healthz", status=None), timeout_s,
+                every_s=0.5) and self.process.poll() is None:
             return self
-        raise RuntimeError("the API did not start")
+        exited = self.process.poll()
+        why = f"exited with {exited}" if exited is not None else f"did not answer in {timeout_s:.0f} s"
+        raise RuntimeError(f"the API did not start: it {why}{self._log_tail()}")
+
+    def _log_tail(self, chars: int = 3000) -> str:
+        try:
+            return f"; the end of its log ({self.log}):\n{self.log.read_text(errors='replace')[-chars:]}" if self.log else ""
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
