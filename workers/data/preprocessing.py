@@ -14,7 +14,13 @@ def global_contrast_normalize(x: np.ndarray, scale: float = 55.0, eps: float = 1
 
 
 class ZCA:
-    """ZCA whitening: x ↦ (x − μ) · U diag(1/√(λ + ε)) Uᵀ, fitted on the training set."""
+    """ZCA whitening: x ↦ (x − μ) · U diag(1/√(λ + ε)) Uᵀ, fitted on the training set.
+
+    With fewer training examples n than inputs d (a quick run's 200 CIFAR images against 3,072
+    inputs), the covariance has rank below n, and its eigenvectors with nonzero eigenvalues come
+    from the n × n Gram matrix instead of the d × d covariance: the same matrix, every direction
+    outside the data's span scaled by 1/√ε as the covariance's zero eigenvalues are, at a fraction
+    of the cost (on 2 cores: 0.3 s instead of 9 s for n = 800, d = 3,072)."""
 
     def __init__(self, eps: float = 1e-2):
         self.eps = eps
@@ -23,11 +29,29 @@ class ZCA:
         flat = x.reshape(len(x), int(np.prod(x.shape[1:]))).astype(np.float64)
         self.mean = flat.mean(axis=0)
         centered = flat - self.mean
-        covariance = centered.T @ centered / len(flat)
-        eigenvalues, eigenvectors = np.linalg.eigh(covariance)
-        self.matrix = (eigenvectors / np.sqrt(np.maximum(eigenvalues, 0) + self.eps)) @ eigenvectors.T
+        n, d = centered.shape
+        if n >= d:
+            covariance = centered.T @ centered / n
+            eigenvalues, eigenvectors = np.linalg.eigh(covariance)
+            self.matrix = (eigenvectors / np.sqrt(np.maximum(eigenvalues, 0) + self.eps)) @ eigenvectors.T
+        else:
+            self.matrix = _zca_from_gram(centered, self.eps)
         return self
 
     def transform(self, x: np.ndarray) -> np.ndarray:
         flat = x.reshape(len(x), int(np.prod(x.shape[1:]))).astype(np.float64)
         return ((flat - self.mean) @ self.matrix).reshape(x.shape).astype(np.float32)
+
+
+def _zca_from_gram(centered: np.ndarray, eps: float) -> np.ndarray:
+    # C = centered (n × d): CᵀC/n and CCᵀ/n share their nonzero eigenvalues λ, and u = Cᵀv / √(nλ).
+    # W = Σ u uᵀ / √(λ + ε) + (I − Σ u uᵀ) / √ε  (the directions with λ = 0 get 1/√ε)
+    n, d = centered.shape
+    eigenvalues, v = np.linalg.eigh(centered @ centered.T / n)
+    # eigenvalues that are rounding noise (centering leaves rank n − 1) belong to the null space
+    kept = eigenvalues > eigenvalues.max(initial=0.0) * n * np.finfo(np.float64).eps
+    u = centered.T @ (v[:, kept] / np.sqrt(n * eigenvalues[kept]))
+    weights = 1 / np.sqrt(eigenvalues[kept] + eps) - 1 / np.sqrt(eps)
+    matrix = (u * weights) @ u.T
+    matrix[np.diag_indices(d)] += 1 / np.sqrt(eps)
+    return matrix

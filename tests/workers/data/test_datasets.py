@@ -26,7 +26,6 @@ def test_twitter_pos_loads_a_word2vec_text_table(tmp_path, twpos):
     np.testing.assert_array_equal(splits.embeddings[splits.vocab.index("i")], [0.5] * 4)
 
 
-@pytest.mark.slow  # a 3,072-dimensional ZCA whitening per case (9-13 s): make test only
 @pytest.mark.parametrize("name, classes", [("cifar10", 10), ("cifar100", 100)])
 def test_cifar_from_the_pickle_layout(tmp_path, name, classes):
     make_cifar(tmp_path, name)
@@ -63,7 +62,6 @@ def test_a_failed_cifar_download_is_named_not_swallowed(tmp_path, monkeypatch):
         load_dataset("cifar10", tmp_path, download=True, val_size=100)
 
 
-@pytest.mark.slow  # a 3,072-dimensional ZCA whitening (9 s): make test only
 def test_cifar_with_no_validation_split_trains_on_all_of_it(tmp_path):
     make_cifar(tmp_path, "cifar100", per_batch=40, test=20)
     splits = load_dataset("cifar100", tmp_path, download=False, val_size=0, options={"gcn": True, "zca": True})

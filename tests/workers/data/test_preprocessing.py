@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from workers.data.preprocessing import ZCA, global_contrast_normalize
 
@@ -21,3 +22,26 @@ def test_gcn_gives_each_example_zero_mean_and_fixed_scale():
     out = global_contrast_normalize(x, scale=55.0).reshape(10, -1)
     np.testing.assert_allclose(out.mean(axis=1), 0, atol=1e-4)
     np.testing.assert_allclose(np.sqrt((out ** 2).mean(axis=1)), 55.0, rtol=1e-4)
+
+
+def _zca_by_covariance(x: np.ndarray, eps: float) -> np.ndarray:
+    flat = x.reshape(len(x), -1).astype(np.float64)
+    centered = flat - flat.mean(axis=0)
+    eigenvalues, eigenvectors = np.linalg.eigh(centered.T @ centered / len(flat))
+    return (eigenvectors / np.sqrt(np.maximum(eigenvalues, 0) + eps)) @ eigenvectors.T
+
+
+@pytest.mark.parametrize("n, d, eps", [(40, 300, 1e-2), (199, 200, 1e-2), (30, 96, 1e-6)])
+def test_fewer_examples_than_inputs_give_the_covariances_zca(n, d, eps):
+    """The Gram-matrix route (n < d) is the covariance route's matrix, null space included, and
+    whitens what it was fitted on as that one does."""
+    rng = np.random.default_rng(n)
+    x = (rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + 5.0).astype(np.float32)
+    zca = ZCA(eps=eps).fit(x)
+    expected = _zca_by_covariance(x, eps)
+    # (the covariance's zero eigenvalues come out of eigh as ±1e-13-ish rounding, which moves its own
+    # 1/√(λ + ε) by λ/2ε: at ε = 1e-6 that is some 1e-8 of the matrix's largest entry)
+    np.testing.assert_allclose(zca.matrix, expected, atol=1e-7 * np.abs(expected).max())
+    held_out = rng.normal(size=(7, d)).astype(np.float32) * 10  # mostly outside the training data's span
+    reference = (held_out.astype(np.float64) - x.astype(np.float64).mean(axis=0)) @ expected
+    np.testing.assert_allclose(zca.transform(held_out), reference, rtol=1e-5, atol=1e-5 * np.abs(reference).max())
