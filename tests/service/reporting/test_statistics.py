@@ -335,7 +335,9 @@ def test_until_decided_stops_early_on_a_clear_effect_and_at_the_budget_on_a_null
 
 # -- whole records on null data ---------------------------------------------------------------------
 
-@pytest.mark.slow  # thousands of simulated decisions through the real decision code
+@pytest.mark.long("300 whole records of null data, each through the report's own pandas pipeline (the lr chosen on "
+                  "validation, the medians over seeds, the family's verdicts)")
+@pytest.mark.timeout(200)  # 15-20 s alone, 24-64 s in a full suite
 @pytest.mark.parametrize("experiment", ["activation_zoo", "mnist_classification", "mnist_autoencoder"])
 def test_a_record_of_null_data_decides_a_claim_at_most_5_percent_of_the_time(experiment):
     """Synthetic runs where no activation is better than another (each trial one base value times
