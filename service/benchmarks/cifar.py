@@ -557,9 +557,11 @@ def goals(results: dict) -> dict[str, str]:
         ratio = best / shallow["plain"]["trial_epochs_per_s"]
         found["cifar10_shallow >= 10x plain"] = f"{ratio:.1f}x ({'met' if ratio >= 10 else 'not met'})"
     wrn = results.get("cifar100_wrn", {}).get("rows", {})
-    if "per_trial" in wrn:
-        share = wrn["per_trial"]["share_of_fp32_peak"]
-        found["WRN-40-4 fp32 >= 60% of fp32 peak"] = f"{100 * share:.0f}% ({'met' if share >= 0.6 else 'not met'})"
+    fp32 = {k: r for k, r in wrn.items() if k in ("per_trial", "per_trial_channels_last")}
+    if fp32:  # (the faster layout, as a trial takes it: workers.convnet_plan.channels_last)
+        row = max(fp32, key=lambda k: fp32[k]["share_of_fp32_peak"])
+        share = fp32[row]["share_of_fp32_peak"]
+        found["WRN-40-4 fp32 >= 60% of fp32 peak"] = f"{100 * share:.1f}%, {row} ({'met' if share >= 0.6 else 'not met'})"
     tf32 = {k: r for k, r in wrn.items() if k.startswith("per_trial_tf32")}
     if tf32:  # (the faster layout: channels-last or not)
         row = min(tf32, key=lambda k: tf32[k]["epoch_seconds_per_trial"])

@@ -73,3 +73,20 @@ def test_the_plan_reads_the_benchs_choices():
     assert channels_last("cifar_shallow", "tf32", found) is True and channels_last("cifar_shallow", "fp32", found) is False
     assert channels_last("cifar_shallow", "bf16", found) is False  # (fp32's measurement serves bf16)
     assert channels_last("wide_resnet", "tf32", found) is False
+
+
+def test_the_goals_judge_each_precision_on_its_faster_layout():
+    """A trial takes channels-last where the bench measured it faster (workers.convnet_plan), so the
+    fp32 and TF32 goals are each judged on the faster of the two layouts."""
+    from service.benchmarks.cifar import goals
+
+    def row(share, seconds):
+        return {"share_of_fp32_peak": share, "epoch_seconds_per_trial": seconds}
+
+    wrn = {"per_trial": row(0.594, 9.0), "per_trial_channels_last": row(0.61, 8.8),
+           "per_trial_tf32": row(0.2, 4.4), "per_trial_tf32_channels_last": row(0.25, 3.7)}
+    found = goals({"cifar100_wrn": {"rows": wrn}})
+    assert found["WRN-40-4 fp32 >= 60% of fp32 peak"] == "61.0%, per_trial_channels_last (met)"
+    assert found["WRN-40-4 tf32 epoch of 45,000 <= 4 s"] == "3.70 s, per_trial_tf32_channels_last (met)"
+    found = goals({"cifar100_wrn": {"rows": {"per_trial": row(0.594, 9.0)}}})
+    assert found["WRN-40-4 fp32 >= 60% of fp32 peak"] == "59.4%, per_trial (not met)"
