@@ -12,9 +12,6 @@ from service.api.views import to_detail, to_public
 from service.control.jobs import RayJobs
 from service.control.submission import SubmissionError, cancel_sweep, get_sweep, submit_sweep, sweep_figures
 from service.records import SWEEP_STATES, TRIAL_STATES, SweepStore
-from service.reporting.render import render
-from service.reporting.report import to_json
-from service.reporting.results import sweep_results
 from service.runs.store import SweepNotFound
 from service.settings import Settings
 
@@ -67,6 +64,8 @@ def delete_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: Ra
 
 
 def _results(store: SweepStore, settings: Settings, sweep_id: str):
+    from service.reporting.results import sweep_results  # (a sweep's results only where asked: serve starts
+    #                                                      without the report's statistics, scipy among them)
     get_sweep(store, sweep_id, with_trials=False)
     try:
         return sweep_results(settings.resolved_tracking_uri, sweep_id)
@@ -77,6 +76,9 @@ def _results(store: SweepStore, settings: Settings, sweep_id: str):
 @router.get("/{sweep_id}/results")
 def read_results(sweep_id: str, format: Literal["json", "md", "csv"] = "json",
                  store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
+    from service.reporting.render import render
+    from service.reporting.report import to_json
+
     results = _results(store, settings, sweep_id)
     if format == "json":
         return to_json(results)
@@ -87,6 +89,8 @@ def read_results(sweep_id: str, format: Literal["json", "md", "csv"] = "json",
 @router.get("/{sweep_id}/report", response_class=HTMLResponse)
 def read_report(sweep_id: str, store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
     """The sweep's HTML report: tables, figures, spec, code version, hardware, MLflow links."""
+    from service.reporting.render import render
+
     results = _results(store, settings, sweep_id)
     figures = sweep_figures(settings, results)
     return HTMLResponse(render(results, "html", figures, settings.resolved_mlflow_ui_url))
