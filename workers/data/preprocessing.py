@@ -20,7 +20,7 @@ class ZCA:
     inputs), the covariance has rank below n, and its eigenvectors with nonzero eigenvalues come
     from the n × n Gram matrix instead of the d × d covariance: the same matrix, every direction
     outside the data's span scaled by 1/√ε as the covariance's zero eigenvalues are, at a fraction
-    of the cost (on 2 cores: 0.3 s instead of 9 s for n = 800, d = 3,072)."""
+    of the cost (on 2 cores of an AMD EPYC: 0.7 s instead of 5.7 s for n = 800, d = 3,072)."""
 
     def __init__(self, eps: float = 1e-2):
         self.eps = eps

@@ -64,8 +64,9 @@ def delete_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: Ra
 
 
 def _results(store: SweepStore, settings: Settings, sweep_id: str):
-    from service.reporting.results import sweep_results  # (a sweep's results only where asked: serve starts
-    #                                                      without the report's statistics, scipy among them)
+    # (the reporting modules are imported where a route asks for them: serve starts without scipy.stats)
+    from service.reporting.results import sweep_results
+
     get_sweep(store, sweep_id, with_trials=False)
     try:
         return sweep_results(settings.resolved_tracking_uri, sweep_id)

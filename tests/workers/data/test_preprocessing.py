@@ -34,7 +34,7 @@ def _zca_by_covariance(x: np.ndarray, eps: float) -> np.ndarray:
 @pytest.mark.parametrize("n, d, eps", [(40, 300, 1e-2), (199, 200, 1e-2), (30, 96, 1e-6)])
 def test_fewer_examples_than_inputs_give_the_covariances_zca(n, d, eps):
     """The Gram-matrix route (n < d) is the covariance route's matrix, null space included, and
-    whitens what it was fitted on as that one does."""
+    transforms data outside the training data's span as that one does."""
     rng = np.random.default_rng(n)
     x = (rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + 5.0).astype(np.float32)
     zca = ZCA(eps=eps).fit(x)
