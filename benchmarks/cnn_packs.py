@@ -33,11 +33,11 @@ from benchmarks import median_seconds  # noqa: E402
 MODEL = {"kind": "cifar_shallow", "width": 96, "input_noise": 0.15, "init": "torch_default"}  # cifar10_shallow's
 
 
-def _members(p: int) -> list[torch.nn.Module]:
+def _members(p: int, width: int) -> list[torch.nn.Module]:
     members = []
     for seed in range(p):
         torch.manual_seed(seed)
-        members.append(build_model(MODEL, (3, 16, 16), 10, "relu", 0.5).train())
+        members.append(build_model({**MODEL, "width": width}, (3, 16, 16), 10, "relu", 0.5).train())
     return members
 
 
@@ -77,16 +77,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--members", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--width", type=int, default=MODEL["width"], help="the net's first width (cifar10_shallow's: 96)")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     x, y = torch.randn(args.batch, 3, 16, 16), torch.randint(0, 10, (args.batch,))
     rows = []
     for p in args.members:
-        alone = median_seconds(alone_step(_members(p), x, y), args.rounds)
-        fused = median_seconds(vmap_step(_members(p), x, y), args.rounds)
+        alone = median_seconds(alone_step(_members(p, args.width), x, y), args.rounds)
+        fused = median_seconds(vmap_step(_members(p, args.width), x, y), args.rounds)
         rows.append({"members": p, "alone_step_s": round(alone, 4), "vmap_step_s": round(fused, 4),
                      "vmap_speedup": round(alone / fused, 2)})
-    result = {"net": "cifar10_shallow (ShallowCIFARNet, width 96)", "images": "synthetic 3x16x16",
+    result = {"net": f"cifar10_shallow (ShallowCIFARNet, width {args.width})", "images": "synthetic 3x16x16",
               "batch": args.batch, "threads": torch.get_num_threads(), "rows": rows}
     print(json.dumps(result, indent=2))
     return result

@@ -12,6 +12,10 @@ from pydantic import BaseModel, ValidationError
 from search_spaces.schema import SweepSpec
 
 SPEC_DIR = Path(__file__).parent
+# libyaml's parser where PyYAML has it: the same data, 10x faster than the pure-Python one (a catalog
+# listing reads 17 specs twice). Text a user sends keeps yaml.safe_load, and its error messages.
+_FastLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_FastDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 class SpecError(ValueError):
@@ -81,7 +85,7 @@ def _value(name: str, text: str) -> Any:
 
 def apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
     """A copy of ``raw`` with each override set; ``model.width`` reaches into nested blocks."""
-    result = yaml.safe_load(yaml.safe_dump(raw))  # deep copy of plain data
+    result = yaml.load(yaml.dump(raw, Dumper=_FastDumper), Loader=_FastLoader)  # deep copy of plain data
     for name, value in overrides.items():
         *parents, leaf = name.split(".")
         node = result
@@ -135,7 +139,7 @@ def validate_spec(raw: dict, origin: str) -> SweepSpec:
 
 def raw_spec(name_or_path: str) -> dict:
     path = spec_path(name_or_path)
-    raw = yaml.safe_load(path.read_text())
+    raw = yaml.load(path.read_text(), Loader=_FastLoader)
     if not isinstance(raw, dict):
         raise SpecError(f"experiment: {path} does not hold a mapping of spec fields")
     return raw

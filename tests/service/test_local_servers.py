@@ -10,6 +10,7 @@ from service.local_servers import ApiServer
 from tests.conftest import new_home
 
 
+@pytest.mark.slow  # starts the API's process (4 s): make test only
 def test_an_api_that_exits_at_start_fails_at_once_with_its_logs_end(tmp_path):
     env = {**os.environ, "ACTSWEEP_HOME": str(new_home(tmp_path / "home")),
            "ACTSWEEP_MAX_TRIALS_PER_SWEEP": "many"}  # (injected: a setting that cannot be read)

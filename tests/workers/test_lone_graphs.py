@@ -41,6 +41,12 @@ def cifar(tmp_path_factory):
     return load_dataset("cifar10", folder, download=False, val_size=64)
 
 
+@pytest.fixture(scope="module")
+def small_cifar(tmp_path_factory):  # (half the images: the CPU's two trainings of a trial take seconds)
+    folder = make_cifar(tmp_path_factory.mktemp("data"), "cifar10", per_batch=32, test=32)
+    return load_dataset("cifar10", folder, download=False, val_size=32)
+
+
 # -- on any machine -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: s["kind"])
@@ -70,16 +76,16 @@ def _tiny_vectors():
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-def test_a_scheduled_trial_trains_the_same_with_its_lr_on_the_device(cifar, monkeypatch, optimizer):
+def test_a_scheduled_trial_trains_the_same_with_its_lr_on_the_device(small_cifar, monkeypatch, optimizer):
     """The CPU trains with a float lr (the records' path); the GPU's path, the lr a tensor read by
     fused Adam or foreach SGD, run here on the CPU, gives the same trial to float rounding."""
     settings = {"momentum": 0.9, "nesterov": True, "weight_decay": 5e-4} if optimizer == "sgd" else {}
     cfg = TrialConfig("elu", 0.01 if optimizer == "sgd" else 1e-3, 0.0, 0, epochs=2, batch_size=32, model=WRN,
                       optimizer=optimizer, schedule=SCHEDULES[1], augment={"crop_padding": 4, "flip": True}, **settings)
-    floats = list(train_epochs(cfg, cifar))
+    floats = list(train_epochs(cfg, small_cifar))
     made = train.make_optimizer
     monkeypatch.setattr(train, "make_optimizer", lambda cfg, params, on_device=False: made(cfg, params, on_device=True))
-    tensors = list(train_epochs(cfg, cifar))
+    tensors = list(train_epochs(cfg, small_cifar))
     assert floats[-1]["lr"] < cfg.lr
     for a, b in zip(floats, tensors):
         for key in ("train_loss", "train_loss_eval", "val_loss", "test_loss"):
