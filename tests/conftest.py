@@ -76,26 +76,33 @@ def decoded_datasets(tmp_path_factory):
     shutil.rmtree(folder, ignore_errors=True)  # (220 MB)
 
 
-def new_home(home: Path) -> Path:
-    """An empty actsweep home whose MLflow store (SQLite) is already migrated: a copy of one store
-    made once per session, the way MLflow makes every new one. Making each store anew costs 1 to 2 s
-    of migrations, and the suite makes dozens."""
+def migrated_mlflow_store(folder: Path) -> str:
+    """The URI of an MLflow store (SQLite) at ``folder/mlflow.db``, already migrated: a copy of one
+    store made once per session, the way MLflow makes every new one. Making each store anew costs 1 to
+    2 s of migrations, and the suite makes dozens. (A store already there is left as it is.)"""
     if not _MIGRATED_STORE:
         import atexit
         import tempfile
 
         from service.runs.store import RunStore
 
-        folder = tempfile.mkdtemp(prefix="actsweep-mlflow-template-")
-        atexit.register(shutil.rmtree, folder, True)  # (each test process made one, and left it in /tmp)
-        template = Path(folder) / "mlflow.db"
+        made = tempfile.mkdtemp(prefix="actsweep-mlflow-template-")
+        atexit.register(shutil.rmtree, made, True)  # (each test process made one, and left it in /tmp)
+        template = Path(made) / "mlflow.db"
         RunStore(f"sqlite:///{template}").ping()  # (the first call creates and migrates the schema)
         _MIGRATED_STORE.append(template)
-    home.mkdir(parents=True, exist_ok=True)
-    # (SQLite's backup, not a file copy: the store runs in WAL mode, and a page may still be in the log)
-    source, target = sqlite3.connect(_MIGRATED_STORE[0]), sqlite3.connect(home / "mlflow.db")
-    source.backup(target)
-    source.close(), target.close()
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "mlflow.db").exists():
+        # (SQLite's backup, not a file copy: the store runs in WAL mode, and a page may still be in the log)
+        source, target = sqlite3.connect(_MIGRATED_STORE[0]), sqlite3.connect(folder / "mlflow.db")
+        source.backup(target)
+        source.close(), target.close()
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def new_home(home: Path) -> Path:
+    """An empty actsweep home whose MLflow store is already migrated (migrated_mlflow_store)."""
+    migrated_mlflow_store(home)
     return home
 
 

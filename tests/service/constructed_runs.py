@@ -6,11 +6,12 @@ from types import SimpleNamespace
 
 from service.runs.logger import MLflowTrialLogger
 from service.runs.store import Provenance, RunStore
+from tests.conftest import migrated_mlflow_store
 
 
 def sweep_logger(root: Path, sweep_id: str, experiment: str, parent_tags: dict, spec: dict) -> tuple[str, MLflowTrialLogger]:
     """A SQLite store under ``root`` with the sweep's parent run; returns (tracking URI, trial logger)."""
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = migrated_mlflow_store(root)
     runs = RunStore(uri)
     exp = runs.experiment_id(f"actsweep/{experiment}", root / "artifacts")
     tags = {"sweep_id": sweep_id, "experiment": experiment}

@@ -11,6 +11,7 @@ import pytest
 
 from service.runs.logger import MLflowTrialLogger
 from service.runs.store import Provenance, RunStore
+from tests.conftest import migrated_mlflow_store
 from workers.trial import GridPoint, Pack, tune_config
 
 SWEEP_ID = "logger1"
@@ -28,7 +29,7 @@ class CountingStore(RunStore):
 
 @pytest.fixture
 def sweep(tmp_path):
-    runs = CountingStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = CountingStore(migrated_mlflow_store(tmp_path))
     exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
     parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
     CountingStore.searches = 0
@@ -127,7 +128,7 @@ class WriteCountingStore(CountingStore):
                                                      ("sql", 60.0, 4), ("sql", 0.0, 20)])
 def test_epochs_go_out_in_one_write_per_run_when_batched(tmp_path, monkeypatch, writer, flush_s, writes):
     monkeypatch.setenv("ACTSWEEP_DIRECT_SQL_WRITES", str(writer == "sql").lower())
-    runs = WriteCountingStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = WriteCountingStore(migrated_mlflow_store(tmp_path))
     exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
     parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
     logger = MLflowTrialLogger(runs, exp, parent, {"sweep_id": SWEEP_ID}, flush_s=flush_s)
@@ -156,7 +157,7 @@ def test_epochs_go_out_in_one_write_per_run_when_batched(tmp_path, monkeypatch, 
 
 
 def test_many_epochs_are_cut_at_mlflows_limit_of_a_call(tmp_path):
-    runs = WriteCountingStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = WriteCountingStore(migrated_mlflow_store(tmp_path))
     exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
     parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
     (trial,) = _trials()[:1]
@@ -188,7 +189,7 @@ def test_a_run_never_holds_more_unwritten_epochs_than_a_resumed_trial_reports_ag
     outbox, even where the store is slower than the trial (then the trial waits for the writer)."""
     from workers.trial import REPORTED_AGAIN
 
-    runs = store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = store(migrated_mlflow_store(tmp_path))
     exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
     parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
     logger = MLflowTrialLogger(runs, exp, parent, {"sweep_id": SWEEP_ID}, flush_s=3600.0)
@@ -209,7 +210,7 @@ def test_a_run_never_holds_more_unwritten_epochs_than_a_resumed_trial_reports_ag
 def test_the_tune_loop_does_not_wait_on_a_slow_store(tmp_path):
     """The writes go out from the outbox's writer thread: reporting an epoch of five runs to a store
     that takes 0.3 s a write returns at once, and every epoch arrives, in order, by the end."""
-    runs = SlowStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = SlowStore(migrated_mlflow_store(tmp_path))
     exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
     parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})
     logger = MLflowTrialLogger(runs, exp, parent, {"sweep_id": SWEEP_ID}, flush_s=0.0)  # a write per epoch
@@ -236,7 +237,7 @@ def test_a_packs_members_that_come_due_together_go_out_in_one_write(tmp_path):
     go to the store in one write (a transaction for all of them), not a write per member."""
     from workers.trial import REPORTED_AGAIN
 
-    runs = WriteCountingStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = WriteCountingStore(migrated_mlflow_store(tmp_path))
     assert runs.sql_writer is not None  # (the default for a database store)
     exp = runs.experiment_id("actsweep/logger", tmp_path / "artifacts")
     parent = runs.start_sweep(exp, "logger", Provenance(SWEEP_ID, "logger"), {}, {})

@@ -9,6 +9,7 @@ import pytest
 from mlflow.exceptions import MlflowException
 
 from service.runs.store import Provenance, RunStore
+from tests.conftest import migrated_mlflow_store
 from workers.trial import GridPoint
 
 PATHS = ("log_batch", "sql")
@@ -17,7 +18,7 @@ PATHS = ("log_batch", "sql")
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def tracking_uri(request, tmp_path):
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'mlflow.db'}"
+        return migrated_mlflow_store(tmp_path)
     return request.getfixturevalue("postgres")["mlflow"]
 
 
