@@ -21,6 +21,13 @@ def _run(env, *args, timeout=600):
     return subprocess.run(actsweep_command(*args), cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def _e2e_bound(test):
+    """The first test on a test process to ask for e2e pays its sweep in its setup: a whole CLI run on
+    a Ray of its own, 30-55 s in a full suite."""
+    return pytest.mark.long("its setup may be the e2e sweep: a CLI run of 12 trials on its own Ray")(
+        pytest.mark.timeout(160)(test))
+
+
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory):
     import os
@@ -33,6 +40,7 @@ def e2e(tmp_path_factory):
     return env, json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
+@_e2e_bound
 def test_sweep_runs_every_trial_and_prints_medians(e2e):
     env, output, stderr = e2e
     rows = output["results"]
@@ -51,6 +59,7 @@ def test_sweep_runs_every_trial_and_prints_medians(e2e):
     assert 0 < ray_ready <= planned <= first_trial <= first_epoch
 
 
+@_e2e_bound
 def test_every_trial_is_a_child_run_with_per_epoch_metrics(e2e):
     env, output, _ = e2e
     client = MlflowClient(f"sqlite:///{env['ACTSWEEP_HOME']}/mlflow.db")
@@ -68,6 +77,7 @@ def test_every_trial_is_a_child_run_with_per_epoch_metrics(e2e):
     assert [m.step for m in history] == [1, 2]
 
 
+@_e2e_bound
 def test_mlflow_shows_training_runs_with_their_dataset_medians_and_report(e2e, tmp_path):
     env, output, _ = e2e
     client = MlflowClient(f"sqlite:///{env['ACTSWEEP_HOME']}/mlflow.db")
@@ -92,6 +102,7 @@ def test_mlflow_shows_training_runs_with_their_dataset_medians_and_report(e2e, t
     assert "| activation" in open(report).read()
 
 
+@_e2e_bound
 def test_report_reads_the_same_numbers_back(e2e):
     env, output, _ = e2e
     report = _run(env, "report", output["sweep_id"], "--format", "json")
@@ -103,6 +114,7 @@ def test_report_reads_the_same_numbers_back(e2e):
     assert csv_lines[0].startswith("activation,dropout,lr") and len(csv_lines) == 1 + 6
 
 
+@_e2e_bound
 def test_html_report_is_written_with_the_logged_figures(e2e, tmp_path):
     env, output, _ = e2e
     written = _run(env, "report", output["sweep_id"], "--format", "html", "--out", str(tmp_path))

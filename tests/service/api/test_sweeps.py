@@ -193,6 +193,8 @@ def test_cancel_stops_running_trials_and_keeps_finished_ones(server):
         assert len(mlflow.get_metric_history(trial["mlflow_run_id"], "val_loss")) == 150
 
 
+@pytest.mark.long("a sweep through the API, the API stopped and started again while it runs")
+@pytest.mark.timeout(160)  # 48 s in two full suites
 def test_sweep_survives_an_api_restart(ray_head, tmp_path):
     env = api_env(tmp_path, ray_head)
     first = ApiServer(env).start()

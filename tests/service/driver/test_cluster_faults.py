@@ -102,6 +102,8 @@ def _saved_epoch(ray_results: str, trial_id: str) -> int:
     return 0
 
 
+@pytest.mark.long("a sweep on a two-node Ray cluster, its worker node killed mid-sweep and the sweep finished on the head")
+@pytest.mark.timeout(160)  # 43-52 s in a full suite
 def test_losing_a_worker_node_mid_sweep_loses_nothing(cluster, tmp_path):
     settings = Settings(home=tmp_path, ray_address=cluster["address"], download=False)
     spec = load_spec("mnist_classification", quick=True, overrides=SWEEP)
