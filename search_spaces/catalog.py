@@ -12,8 +12,9 @@ from pydantic import BaseModel, ValidationError
 from search_spaces.schema import SweepSpec
 
 SPEC_DIR = Path(__file__).parent
-# libyaml's parser where PyYAML has it: the same data, 10x faster than the pure-Python one (a catalog
-# listing reads 17 specs twice). Text a user sends keeps yaml.safe_load, and its error messages.
+# libyaml's parser where PyYAML has it, for spec files: the same data, 10x faster than the pure-Python
+# one (a catalog listing reads 17 specs twice). Text sent to the CLI or the API (--set values, an
+# inline spec) keeps the pure-Python parser, and its error messages.
 _FastLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _FastDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -137,9 +138,19 @@ def validate_spec(raw: dict, origin: str) -> SweepSpec:
         raise SpecError(f"spec {origin}: {message}", errors) from None
 
 
+def _load_yaml(text: str, what: str, loader: type = yaml.SafeLoader) -> Any:
+    """The data the YAML text holds, or a SpecError naming ``what`` and where the text is wrong."""
+    try:
+        return yaml.load(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"{what}: not valid YAML{where}: {getattr(exc, 'problem', None) or 'cannot be read'}") from None
+
+
 def raw_spec(name_or_path: str) -> dict:
     path = spec_path(name_or_path)
-    raw = yaml.load(path.read_text(), Loader=_FastLoader)
+    raw = _load_yaml(path.read_text(), f"experiment: {path}", _FastLoader)
     if not isinstance(raw, dict):
         raise SpecError(f"experiment: {path} does not hold a mapping of spec fields")
     return raw
@@ -172,12 +183,7 @@ def load_catalog_spec(name: str, quick: bool = False, overrides: dict[str, Any] 
 
 def parse_spec_text(text: str) -> dict:
     """A spec sent as YAML text: the mapping it holds, or a SpecError naming the problem."""
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"spec: not valid YAML{where}: {getattr(exc, 'problem', None) or 'cannot be read'}") from None
+    raw = _load_yaml(text, "spec")
     if not isinstance(raw, dict):
         raise SpecError("spec: a mapping of spec fields (name, dataset, model, ...)")
     return raw

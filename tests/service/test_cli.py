@@ -133,6 +133,14 @@ def test_bad_input_exits_2_with_one_line_naming_the_field(actsweep_env):
     assert len(lines) == 1 and "activation: unknown 'mish'" in lines[0] and "gelu_tanh" in lines[0]
 
 
+def test_a_spec_file_that_is_not_yaml_exits_2_naming_the_file_and_the_line(actsweep_env, tmp_path, capsys):
+    spec = tmp_path / "broken.yaml"
+    spec.write_text("name: broken\ndataset: [mnist\n  model: : :\n")
+    assert main(["run", str(spec)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"experiment: {spec}: not valid YAML at line 3" in lines[0], lines
+
+
 def test_a_bad_expression_exits_2_naming_its_part(actsweep_env, capsys):
     assert main(["run", "mnist_classification", "--set", "activation=gelu,boom",
                  "--set", "expressions.boom=exp(x) ** 16"]) == 2
