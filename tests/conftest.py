@@ -57,8 +57,11 @@ def ensure_local_ray() -> None:
     cluster, a made-up GPU) shut it down. Starting a Ray costs seconds, and modules used to each."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from service.control.local_head import HEAD_SYSTEM_CONFIG
+
+    if not ray.is_initialized():  # (no idle worker processes kept between sweeps, as on a head `serve` starts)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _system_config=HEAD_SYSTEM_CONFIG)
 
 
 _MIGRATED_STORE: list[Path] = []

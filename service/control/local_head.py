@@ -26,6 +26,12 @@ from service.settings import Settings
 
 HEAD_START_S = 60  # how long a started head's dashboard has to answer
 
+# Ray keeps one idle worker process per CPU ready for tasks, each about 0.55 CPU-s a minute while the
+# head waits (docs/testing.md). A sweep's trials are actors, which take a worker process each and end
+# it with the actor, so a head that lives between sweeps keeps none: an idle worker is ended after a
+# second (Ray's idle_worker_killing_time_threshold_ms).
+HEAD_SYSTEM_CONFIG = {"num_workers_soft_limit": 0}
+
 
 @dataclass(frozen=True)
 class LocalHead:

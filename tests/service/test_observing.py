@@ -23,6 +23,8 @@ COMPARISON = {"dataset": "digits", "val_size": 200, "epochs": 3, "batch_size": 6
               "seeds": 2, **ONE_WORKER}
 
 
+@pytest.mark.long("a sweep of 8 trials, an MLflow server, and its UI opened in headless Chromium")
+@pytest.mark.timeout(160)  # 40-60 s in full suites (60.1 s at 35328a7)
 def test_the_mlflow_ui_opens_on_the_training_runs_with_their_names_and_dataset(tmp_path):
     ensure_local_ray()
     settings = Settings(home=tmp_path / "home", download=False)

@@ -1,6 +1,7 @@
 """A real Ray head (its own processes, loopback, 2 CPUs) and the real API server over HTTP."""
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -9,6 +10,7 @@ import httpx
 import pytest
 
 from service.control.jobs import dashboard_answers, ensure_ray_token
+from service.control.local_head import HEAD_SYSTEM_CONFIG
 from service.local_servers import ApiServer, RayNode, free_port
 from tests.conftest import SIDE_BY_SIDE, TINY, new_home  # noqa: F401 (the API tests take them from here)
 
@@ -24,7 +26,7 @@ def ray_head():
     for _ in range(3):
         port, dashboard = free_port(), free_port()
         head = RayNode.head(port, 2, "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-                            "--include-dashboard", "true")
+                            "--include-dashboard", "true", "--system-config", json.dumps(HEAD_SYSTEM_CONFIG))
         url = f"http://127.0.0.1:{dashboard}"
         deadline = time.monotonic() + 90
         while not dashboard_answers(url) and head.process.poll() is None and time.monotonic() < deadline:

@@ -3,6 +3,7 @@
 joined stops ``serve`` at once with one line."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -12,11 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from service.control.jobs import dashboard_status
 from service.control.local_head import LocalHead
 from service.local_servers import ApiServer, free_port
+from service.patience import poll
 from tests.conftest import new_home
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
@@ -42,6 +45,15 @@ def _healthy(server: ApiServer, timeout: float = 60.0) -> float:
             pass
         time.sleep(0.5)
     raise AssertionError(f"{server.url} not healthy within {timeout:g} s: {httpx.get(f'{server.url}/healthz').text}")
+
+
+def _idle_workers(head: LocalHead) -> list[int]:
+    idle = []
+    for process in head.processes():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.name() == "ray::IDLE":
+                idle.append(process.pid)
+    return idle
 
 
 def _stop(env: dict[str, str], *flags: str) -> subprocess.CompletedProcess:
@@ -80,6 +92,8 @@ def test_two_homes_run_side_by_side_each_on_its_own_head_and_stop_it(tmp_path):
                 done = wait_for(client, sweeps[name], finished, timeout=300)
             assert done["state"] == "succeeded", done["error"]
             assert done["links"]["ray_job"].startswith(heads[name].dashboard_url)  # on its own head
+        # between sweeps a head keeps no idle worker process (each costs CPU while it waits: HEAD_SYSTEM_CONFIG)
+        assert poll(lambda: not _idle_workers(heads["a"]), timeout_s=20), _idle_workers(heads["a"])
 
         # b: a long sweep holds its head; `stop` refuses, naming it; --force ends the head, the sweep interrupted
         with servers["b"].client() as client:

@@ -64,6 +64,8 @@ def test_packs_share_one_gpu_by_fractions(settings):
     assert {t["gpus"] for t in tags} == {"0.5"}  # what Ray assigned each pack
 
 
+@pytest.mark.long("three sweeps: fp32, bf16 (emulated where the CPU has no native bf16), bf16 again from the cache")
+@pytest.mark.timeout(160)  # 61 s in a full suite at 35328a7
 def test_dtype_and_compile_reach_the_trials_the_report_and_the_cache(settings):
     fp32 = run_sweep(load_spec("mnist_classification", quick=True, overrides=SMALL), settings)
     bf16 = run_sweep(load_spec("mnist_classification", quick=True,
