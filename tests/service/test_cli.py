@@ -300,7 +300,7 @@ ranking_claims:
 """
 
 
-@pytest.mark.long("two sweeps through the command line, each with rounds of seeds until its claims are decided")
+@pytest.mark.long("a sweep through the command line until its claims are decided, then its report in two formats")
 @pytest.mark.timeout(200)  # 48-77 s in a full suite
 def test_until_decided_stops_a_clear_claim_and_a_tie_at_the_first_look(tmp_path):
     """relu against x·0 is a clear order; relu against the same function written as an expression
