@@ -26,10 +26,10 @@ from service.settings import Settings
 
 HEAD_START_S = 60  # how long a started head's dashboard has to answer
 
-# Ray keeps one idle worker process per CPU ready for tasks, each about 0.55 CPU-s a minute while the
-# head waits (docs/testing.md). A sweep's trials are actors, which take a worker process each and end
-# it with the actor, so a head that lives between sweeps keeps none: an idle worker is ended after a
-# second (Ray's idle_worker_killing_time_threshold_ms).
+# Ray keeps up to one idle worker process per CPU ready for tasks, each about 0.55 CPU-s a minute
+# while the head waits (docs/rest.md). A sweep's trials are actors, which take a worker process each
+# and end it with the actor, so a head that lives between sweeps need keep none: with a soft limit of
+# 0 an idle worker is ended a second after it goes idle (Ray's idle_worker_killing_time_threshold_ms).
 HEAD_SYSTEM_CONFIG = {"num_workers_soft_limit": 0}
 
 
@@ -111,7 +111,7 @@ def start_head(settings: Settings, dashboard_url: str | None, ray_cli: str) -> L
                "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port), "--include-dashboard", "true",
                # free ports, not Ray's fixed defaults, which another Ray on this machine may hold
                "--port", str(gcs_port), "--dashboard-agent-listen-port", str(free_port()),
-               "--ray-client-server-port", str(free_port())]
+               "--ray-client-server-port", str(free_port()), "--system-config", json.dumps(HEAD_SYSTEM_CONFIG)]
     if settings.num_cpus:
         command += ["--num-cpus", str(settings.num_cpus)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, start_new_session=True,
