@@ -12,6 +12,7 @@ import pytest
 from service.control.jobs import dashboard_answers, ensure_ray_token
 from service.control.local_head import HEAD_SYSTEM_CONFIG
 from service.local_servers import ApiServer, RayNode, free_port
+from service.records import SweepStore
 from tests.conftest import SIDE_BY_SIDE, TINY, new_home  # noqa: F401 (the API tests take them from here)
 
 
@@ -75,3 +76,14 @@ def wait_for(client: httpx.Client, sweep_id: str, done, timeout: float = 300.0) 
 
 def finished(record: dict) -> bool:
     return record["state"] in ("succeeded", "failed", "cancelled")
+
+
+def wait_in_store(store: SweepStore, sweep_id: str, done, timeout: float = 600.0):
+    """Read the sweep database directly (no API call, so nothing but the reconciler acts) until ``done``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = store.get(sweep_id, with_trials=False)
+        if done(record):
+            return record
+        time.sleep(1)
+    raise AssertionError(f"sweep {sweep_id} never got there: {record.state} {record.ray_job_id}")

@@ -23,7 +23,7 @@ import pytest
 from service.control.jobs import ray_auth_headers
 from service.local_servers import ApiServer, free_port, sigkill_where
 from service.records import SweepRecord, SweepStore
-from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for
+from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for, wait_in_store
 
 REPO = Path(__file__).resolve().parents[3]
 SPEC_FILE = REPO / "search_spaces" / "mnist_classification.yaml"
@@ -288,7 +288,8 @@ def test_stopping_the_api_group_leaves_its_ray_head_and_sweeps_alive(tmp_path):
         first.stop_group(signal.SIGINT)  # Ctrl-C reaches every process of the API's group
         assert httpx.get(f"{dashboard}/api/version", headers=ray_auth_headers(), timeout=5).status_code == 200
         store = SweepStore(f"sqlite:///{env['ACTSWEEP_HOME']}/sweeps.db")  # read directly: no API is up
-        _trained_in_store(store, sweep["id"], more_than=before["progress"]["trial_epochs_done"], timeout_s=120)
+        wait_in_store(store, sweep["id"], lambda _: sum(t.epoch for t in store.get(sweep["id"]).trials)
+                      > before["progress"]["trial_epochs_done"], timeout=120)
         second = ApiServer(env, log=tmp_path / "second.log").start()
         try:
             with second.client() as client:
@@ -305,13 +306,6 @@ def test_stopping_the_api_group_leaves_its_ray_head_and_sweeps_alive(tmp_path):
     finally:
         first.stop()
         sigkill_where(lambda _, args: any(str(temp_dir).encode() in arg for arg in args))
-
-
-def _trained_in_store(store: SweepStore, sweep_id: str, more_than: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while (epochs := sum(t.epoch for t in store.get(sweep_id).trials)) <= more_than:
-        assert time.monotonic() < deadline, f"no epoch reached the sweep database in {timeout_s} s: {epochs}"
-        time.sleep(1)
 
 
 def _cancel(server: ApiServer, sweep_ids: set[str]) -> None:

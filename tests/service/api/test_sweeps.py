@@ -3,7 +3,6 @@ metrics in a real MLflow store."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import httpx
@@ -17,7 +16,7 @@ from service.local_servers import ApiServer, sigkill_where
 from service.records import TERMINAL_STATES, SweepStore
 from service.settings import Settings
 from tests.browser import HeaderProxy, keep_screenshot, load_in_chromium
-from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for
+from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for, wait_in_store
 
 
 def _mlflow(server: ApiServer) -> MlflowClient:
@@ -283,17 +282,6 @@ def _kill_driver(sweep_id: str) -> None:
         f"no driver process for sweep {sweep_id}"
 
 
-def _wait_in_store(store: SweepStore, sweep_id: str, done, timeout: float = 600.0):
-    """Read the sweep database directly (no API call, so nothing but the reconciler acts) until ``done``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        record = store.get(sweep_id, with_trials=False)
-        if done(record):
-            return record
-        time.sleep(1)
-    raise AssertionError(f"sweep {sweep_id} never got there: {record.state} {record.ray_job_id}")
-
-
 @pytest.mark.long("two API processes, a 150-epoch sweep, its driver killed and replaced by the other replica")
 @pytest.mark.timeout(300)  # 118 s in a full suite
 def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, tmp_path):
@@ -312,7 +300,7 @@ def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, 
             before = wait_for(client, sweep["id"], lambda r: r["progress"]["trials_done"] >= 2 and any(
                 t["state"] == "running" and t["epoch"] >= 40 for t in r["trials"]), timeout=300)
         _kill_driver(sweep["id"])
-        _wait_in_store(store, sweep["id"], lambda r: r.state in TERMINAL_STATES)
+        wait_in_store(store, sweep["id"], lambda r: r.state in TERMINAL_STATES)
     finally:
         replica.stop()
     with server.client() as client:
