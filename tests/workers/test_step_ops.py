@@ -16,7 +16,7 @@ def data():
     return mnist_shaped(train=512, val=64, test=64)
 
 
-@pytest.mark.parametrize("seeds", [1, pytest.param(20, marks=pytest.mark.slow)])  # (360 members: 13 s, make test only)
+@pytest.mark.parametrize("seeds", [1, pytest.param(20, marks=pytest.mark.slow)])  # (360 members: make test only)
 def test_a_fig2_packs_step_dispatches_a_bounded_number_of_ops(data, seeds):
     cfgs = fig2_pack(seeds)
     assert len(cfgs) == 18 * seeds
@@ -34,3 +34,8 @@ def test_the_count_does_not_grow_with_the_members(data):
 
 def test_the_lone_reference_counts_its_dropout():
     assert lone_sequential_ops(dropout=0.5) > lone_sequential_ops(dropout=0.0)
+
+
+def test_one_warmup_step_reaches_the_steady_count_on_a_cpu(data):
+    cfgs = fig2_pack(1)
+    assert sum(step_ops(cfgs, data).values()) == sum(step_ops(cfgs, data, warmup=4).values())

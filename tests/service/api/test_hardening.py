@@ -245,6 +245,8 @@ def test_dependencies_down_are_503s_without_credentials(ray_head, tmp_path):
     assert "hunter2" not in (tmp_path / "api.log").read_text() + (tmp_path / "api2.log").read_text()
 
 
+@pytest.mark.long("an API server of its own on PostgreSQL, and a sweep through it, with the Ray head's and PostgreSQL's start where it is the first to ask")
+@pytest.mark.timeout(160)  # 38-44 s in full suites
 def test_database_passwords_stay_out_of_ray_job_metadata(ray_head, postgres, tmp_path):
     # trust authentication ignores the password, which is the point: it must go nowhere visible
     url = postgres["actsweep"].replace("actsweep@", "actsweep:hunter2@", 1)
@@ -317,35 +319,48 @@ def _cancel(server: ApiServer, sweep_ids: set[str]) -> None:
         list(pool.map(cancel, sweep_ids))
 
 
-@pytest.mark.long("fifty submissions at once, each a sweep the API plans, records and cancels")
-@pytest.mark.timeout(240)  # 70-98 s in a full suite
-def test_fifty_concurrent_submissions_half_with_one_key_make_one_sweep_for_the_key_and_no_5xx(ray_head, tmp_path):
+def _idempotency_key(n: int) -> str | None:
+    """The fifty submissions' keys: the odd ones share one key, four keys have five submissions each, and
+    five go without one."""
+    if n % 2:
+        return "one-key"
+    return None if n % 10 == 8 else f"key-{n % 10}"
+
+
+@pytest.mark.long("fifty submissions at once, ten of them sweeps the API plans, records and cancels")
+@pytest.mark.timeout(240)  # 70-98 s in a full suite (with 26 sweeps)
+def test_fifty_concurrent_submissions_make_one_sweep_per_idempotency_key_and_no_5xx(ray_head, tmp_path):
     server = ApiServer(api_env(tmp_path, ray_head), log=tmp_path / "api.log").start()
     body = {"experiment": "mnist_classification", "quick": True, "overrides": {**TINY, "epochs": 1, "seeds": 1,
                                                                               "activation": ["relu"]}}
 
     def post(n: int) -> httpx.Response:
-        headers = {"Idempotency-Key": "one-key"} if n % 2 else {}
+        key = _idempotency_key(n)
         with server.client() as client:
-            return client.post("/sweeps", json=body, headers=headers)
+            return client.post("/sweeps", json=body, headers={"Idempotency-Key": key} if key else {})
 
     made: set[str] = set()
     try:
         started = time.monotonic()
-        with ThreadPoolExecutor(50) as pool:
+        with ThreadPoolExecutor(50) as pool:  # (more requests at once than the API's 40 worker threads)
             answers = list(pool.map(post, range(50)))
         made = {answer.json()["id"] for answer in answers if answer.status_code == 202}
         codes = Counter(answer.status_code for answer in answers)
         print(f"50 concurrent POST /sweeps: status codes {dict(codes)}, answered in {time.monotonic() - started:.1f} s")
-        _cancel(server, made)  # (no need to train them: 26 drivers starting at once would swamp 2 cores)
+        _cancel(server, made)  # (no need to train them: ten drivers starting at once would swamp 2 cores)
         made = set()
         assert codes == {202: 50}, [answer.text for answer in answers if answer.status_code != 202][:3]
-        keyed = {answer.json()["id"] for n, answer in enumerate(answers) if n % 2}
-        unkeyed = {answer.json()["id"] for n, answer in enumerate(answers) if not n % 2}
+        ids: dict[str | None, list[str]] = {}
+        for n, answer in enumerate(answers):
+            ids.setdefault(_idempotency_key(n), []).append(answer.json()["id"])
+        keyed = {key: set(found) for key, found in ids.items() if key is not None}
+        unkeyed = set(ids[None])
+        assert {key: len(found) for key, found in keyed.items()} == dict.fromkeys(keyed, 1)  # one sweep per key
+        assert len(keyed) == 5 and len(set().union(*keyed.values())) == 5  # and another for each key
+        assert len(ids[None]) == len(unkeyed) == 5 and not unkeyed & set().union(*keyed.values())
         with server.client() as client:
             stored = client.get("/sweeps", params={"limit": 200}).json()
-        assert len(keyed) == 1 and len(unkeyed) == 25 and not keyed & unkeyed
-        assert stored["total"] == 26 and {s["id"] for s in stored["items"]} == keyed | unkeyed
+        assert stored["total"] == 10 and {s["id"] for s in stored["items"]} == unkeyed.union(*keyed.values())
         assert {s["state"] for s in stored["items"]} <= {"cancelled", "succeeded"}
     finally:
         _cancel(server, made)

@@ -29,6 +29,13 @@ def _runs(server: ApiServer, sweep_id: str) -> list:
     return client.search_runs(experiments, f"tags.sweep_id = '{sweep_id}'")
 
 
+def _tiny_sweep_bound(test):
+    """The first test on a test process to ask for tiny_sweep pays its sweep in its setup, and may pay
+    the API server's and its Ray head's start too: 82 s in a full suite of three test processes."""
+    return pytest.mark.long("its setup may be tiny_sweep: the API server, its Ray head and a sweep through it")(
+        pytest.mark.timeout(240)(test))
+
+
 @pytest.fixture(scope="module")
 def tiny_sweep(server) -> tuple[dict, dict]:
     """A TINY sweep submitted over HTTP: (the 202 response body, its record once finished)."""
@@ -40,6 +47,7 @@ def tiny_sweep(server) -> tuple[dict, dict]:
         return created.json(), wait_for(client, created.json()["id"], finished)
 
 
+@_tiny_sweep_bound
 def test_submit_poll_to_succeeded_and_fetch_results(server, tiny_sweep):
     sweep, done = tiny_sweep
     with server.client() as client:
@@ -75,6 +83,7 @@ def test_submit_poll_to_succeeded_and_fetch_results(server, tiny_sweep):
         assert client.delete(f"/sweeps/{sweep['id']}").status_code == 409  # already finished
 
 
+@_tiny_sweep_bound
 def test_the_trial_list_is_paged_in_grid_order(server, tiny_sweep):
     sweep, done = tiny_sweep
     with server.client() as client:
@@ -90,6 +99,7 @@ def test_the_trial_list_is_paged_in_grid_order(server, tiny_sweep):
         assert client.get("/sweeps/nosuchsweep/trials").status_code == 404
 
 
+@_tiny_sweep_bound
 def test_figures_are_served_as_png(server, tiny_sweep):
     sweep_id = tiny_sweep[0]["id"]
     with server.client() as client:
@@ -100,6 +110,7 @@ def test_figures_are_served_as_png(server, tiny_sweep):
         assert missing.status_code == 404 and "curves_val_loss" in missing.json()["detail"]
 
 
+@_tiny_sweep_bound
 def test_html_report_loads_in_headless_chromium(server, tiny_sweep, tmp_path):
     """The report as a browser shows it, over real HTTP: every figure decoded, a screenshot saved."""
     sweep_id = tiny_sweep[0]["id"]
@@ -116,6 +127,7 @@ def test_html_report_loads_in_headless_chromium(server, tiny_sweep, tmp_path):
     assert screenshot.stat().st_size > 20_000
 
 
+@_tiny_sweep_bound
 def test_the_ray_dashboard_lists_the_sweeps_driver_as_a_job_named_after_it(tiny_sweep, tmp_path):
     """Ray's dashboard in headless Chromium, as a user looks at it: its Jobs page lists the sweep's
     driver as a job named after the sweep. The screenshot in docs/observing.md is the one this test
@@ -147,6 +159,7 @@ def test_a_fused_sweep_lists_every_member_as_its_own_trial(server):
     assert {t["execution"] for t in tags} == {"fused"} and len({t["pack_id"] for t in tags}) == 2  # packs of 2
 
 
+@_tiny_sweep_bound
 def test_repeated_idempotency_key_returns_the_first_sweep_and_finished_trials_are_reused(server, tiny_sweep):
     body = {"experiment": "mnist_classification", "quick": True, "overrides": TINY}  # tiny_sweep trained these
     with server.client() as client:
@@ -169,6 +182,8 @@ def test_repeated_idempotency_key_returns_the_first_sweep_and_finished_trials_ar
     assert len([r for r in _runs(server, first.json()["id"]) if r.data.tags["role"] == "sweep"]) == 1
 
 
+@pytest.mark.long("four 150-epoch trials through the API, cancelled once the first has finished")
+@pytest.mark.timeout(160)  # 47-48 s in full suites, with the API server's start where it is the first to ask
 def test_cancel_stops_running_trials_and_keeps_finished_ones(server):
     # one trial per process (a fused pack's members finish together: none would be finished while others run)
     long = {**TINY, **SIDE_BY_SIDE, "epochs": 150, "seeds": 4, "activation": ["gelu"], "execution.mode": "per_trial"}
@@ -283,7 +298,7 @@ def _kill_driver(sweep_id: str) -> None:
 
 
 @pytest.mark.long("two API processes, a 150-epoch sweep, its driver killed and replaced by the other replica")
-@pytest.mark.timeout(300)  # 118 s in a full suite
+@pytest.mark.timeout(420)  # 65-118 s in full suites of two test processes, 178 s of three
 def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, tmp_path):
     """Two API processes on one sweep database; the driver is killed and nobody reads the sweep: the
     reconciler that holds the lease restarts it once, and the sweep resumes where it stood."""
@@ -331,7 +346,7 @@ def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, 
 
 
 @pytest.mark.long("a sweep through the API in two looks: its trials, then a round of seeds for the open claim")
-@pytest.mark.timeout(160)  # 46-51 s in full suites
+@pytest.mark.timeout(200)  # 41-51 s in full suites of two test processes, 58 s of three
 def test_until_decided_over_rest_decides_an_order_and_a_tie_and_shows_the_looks(server):
     """A clear claim (relu against a zeroing expression) and a tie (relu against itself written as an
     expression: the same trials, seed for seed, which TOST shows equivalent at the first look), over

@@ -23,6 +23,8 @@ def settings(tmp_path_factory):
     return Settings(home=tmp_path_factory.mktemp("failures"), download=False)
 
 
+@pytest.mark.long("a sweep whose two trials fail in their first step, with the local Ray's start where it is the first to ask")
+@pytest.mark.timeout(160)  # 59 s in a full suite of three test processes
 def test_a_sweep_whose_trials_fail_leaves_no_run_running(settings):
     outcome = run_sweep(load_spec("mnist_classification", quick=True, overrides=BROKEN), settings)
     assert outcome.errors == 2
