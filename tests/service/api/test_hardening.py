@@ -328,7 +328,7 @@ def _idempotency_key(n: int) -> str | None:
 
 
 @pytest.mark.long("fifty submissions at once, ten of them sweeps the API plans, records and cancels")
-@pytest.mark.timeout(240)  # 70-98 s in a full suite (with 26 sweeps)
+@pytest.mark.timeout(240)  # 70-98 s in full suites with 26 sweeps; 57-59 s with 10, in three test processes
 def test_fifty_concurrent_submissions_make_one_sweep_per_idempotency_key_and_no_5xx(ray_head, tmp_path):
     server = ApiServer(api_env(tmp_path, ray_head), log=tmp_path / "api.log").start()
     body = {"experiment": "mnist_classification", "quick": True, "overrides": {**TINY, "epochs": 1, "seeds": 1,

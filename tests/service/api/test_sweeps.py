@@ -299,7 +299,7 @@ def _kill_driver(sweep_id: str) -> None:
 
 
 @pytest.mark.long("two API processes, a 150-epoch sweep, its driver killed and replaced by the other replica")
-@pytest.mark.timeout(420)  # 65-118 s in full suites of two test processes, 178 s of three
+@pytest.mark.timeout(420)  # 65-118 s in full suites of two test processes, 169-178 s of three
 def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, tmp_path):
     """Two API processes on one sweep database; the driver is killed and nobody reads the sweep: the
     reconciler that holds the lease restarts it once, and the sweep resumes where it stood."""
@@ -347,7 +347,7 @@ def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, 
 
 
 @pytest.mark.long("a sweep through the API in two looks: its trials, then a round of seeds for the open claim")
-@pytest.mark.timeout(200)  # 41-51 s in full suites of two test processes, 58 s of three
+@pytest.mark.timeout(200)  # 41-51 s in full suites of two test processes, 55-67 s of three
 def test_until_decided_over_rest_decides_an_order_and_a_tie_and_shows_the_looks(server):
     """A clear claim (relu against a zeroing expression) and a tie (relu against itself written as an
     expression: the same trials, seed for seed, which TOST shows equivalent at the first look), over
