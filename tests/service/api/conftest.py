@@ -78,11 +78,11 @@ def finished(record: dict) -> bool:
     return record["state"] in ("succeeded", "failed", "cancelled")
 
 
-def wait_in_store(store: SweepStore, sweep_id: str, done, timeout: float = 600.0):
+def wait_in_store(store: SweepStore, sweep_id: str, done, timeout: float = 600.0, with_trials: bool = False):
     """Read the sweep database directly (no API call, so nothing but the reconciler acts) until ``done``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        record = store.get(sweep_id, with_trials=False)
+        record = store.get(sweep_id, with_trials=with_trials)
         if done(record):
             return record
         time.sleep(1)

@@ -290,8 +290,8 @@ def test_stopping_the_api_group_leaves_its_ray_head_and_sweeps_alive(tmp_path):
         first.stop_group(signal.SIGINT)  # Ctrl-C reaches every process of the API's group
         assert httpx.get(f"{dashboard}/api/version", headers=ray_auth_headers(), timeout=5).status_code == 200
         store = SweepStore(f"sqlite:///{env['ACTSWEEP_HOME']}/sweeps.db")  # read directly: no API is up
-        wait_in_store(store, sweep["id"], lambda _: sum(t.epoch for t in store.get(sweep["id"]).trials)
-                      > before["progress"]["trial_epochs_done"], timeout=120)
+        wait_in_store(store, sweep["id"], lambda record: sum(t.epoch for t in record.trials)
+                      > before["progress"]["trial_epochs_done"], timeout=120, with_trials=True)
         second = ApiServer(env, log=tmp_path / "second.log").start()
         try:
             with second.client() as client:
@@ -354,13 +354,12 @@ def test_fifty_concurrent_submissions_make_one_sweep_per_idempotency_key_and_no_
         for n, answer in enumerate(answers):
             ids.setdefault(_idempotency_key(n), []).append(answer.json()["id"])
         keyed = {key: set(found) for key, found in ids.items() if key is not None}
-        unkeyed = set(ids[None])
-        assert {key: len(found) for key, found in keyed.items()} == dict.fromkeys(keyed, 1)  # one sweep per key
-        assert len(keyed) == 5 and len(set().union(*keyed.values())) == 5  # and another for each key
-        assert len(ids[None]) == len(unkeyed) == 5 and not unkeyed & set().union(*keyed.values())
+        assert len(keyed) == 5 and all(len(found) == 1 for found in keyed.values())  # one sweep per key
+        keyed_ids, unkeyed = set().union(*keyed.values()), set(ids[None])
+        assert len(keyed_ids) == 5 and len(unkeyed) == len(ids[None]) == 5 and not unkeyed & keyed_ids
         with server.client() as client:
             stored = client.get("/sweeps", params={"limit": 200}).json()
-        assert stored["total"] == 10 and {s["id"] for s in stored["items"]} == unkeyed.union(*keyed.values())
+        assert stored["total"] == 10 and {s["id"] for s in stored["items"]} == keyed_ids | unkeyed
         assert {s["state"] for s in stored["items"]} <= {"cancelled", "succeeded"}
     finally:
         _cancel(server, made)
