@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from service.local_servers import ApiServer
 from service.patience import poll
 from service.records import SweepStore
-from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for
+from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_a_full_disk_fails_the_sweep_clearly_and_loses_no_record(ray_head, small
     try:
         with server.client() as client:
             sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
-                                                 "overrides": {**TINY, **SIDE_BY_SIDE, "epochs": 2000}}).json()
+                                                 "overrides": {**TINY, "epochs": 2000}}).json()
             wait_for(client, sweep["id"], lambda r: r["progress"]["trial_epochs_done"] >= 20, timeout=300)
             # what is stored before the disk fills must read back after it: wait until every running
             # trial's run has epochs in MLflow (they are written off Tune's loop, a moment later)

@@ -186,8 +186,11 @@ def test_repeated_idempotency_key_returns_the_first_sweep_and_finished_trials_ar
 @pytest.mark.long("four 150-epoch trials through the API, cancelled once the first has finished")
 @pytest.mark.timeout(160)  # 47-48 s in full suites, with the API server's start where it is the first to ask
 def test_cancel_stops_running_trials_and_keeps_finished_ones(server):
-    # one trial per process (a fused pack's members finish together: none would be finished while others run)
-    long = {**TINY, **SIDE_BY_SIDE, "epochs": 150, "seeds": 4, "activation": ["gelu"], "execution.mode": "per_trial"}
+    # one trial per process (a fused pack's members finish together: none would be finished while others run),
+    # each trained: the trial cache would otherwise reuse the dead-driver test's gelu trials (seeds 0 and 1,
+    # 150 epochs, on this server) where that test ran first on this test process, and none would be "succeeded"
+    long = {**TINY, **SIDE_BY_SIDE, "epochs": 150, "seeds": 4, "activation": ["gelu"], "execution.mode": "per_trial",
+            "execution.rerun": True}
     with server.client() as client:
         sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "overrides": long}).json()
         record = wait_for(client, sweep["id"], lambda r: r["progress"]["trials_done"] >= 1
