@@ -180,7 +180,11 @@ class RayJobs:
             nodes = answer.json()["data"]["result"]["result"]
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             raise ClusterUnreachable(f"the Ray cluster at {self.dashboard_url} did not answer") from None
-        return [node.get("resources_total", {}) for node in nodes if node.get("state") == "ALIVE"]
+        alive = [node.get("resources_total") or {} for node in nodes if node.get("state") == "ALIVE"]
+        if not any(alive):  # no node's resources: not a cluster with none, an answer without them (a busy
+            # head's state API answered a submission with no node once, under a full test suite): unknown
+            raise ClusterUnreachable(f"the Ray cluster at {self.dashboard_url} reported no node's resources")
+        return alive
 
     def stop(self, job_id: str) -> None:
         """Ask Ray to stop the job (RuntimeError where Ray refuses: a job it does not know, or one over)."""
