@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from benchmarks.suite_cpu import Process, ClockedTest, attribute, by_module, parse_dump_acct, read_test_runs
+from benchmarks.suite_cpu import ClockedTest, Process, attribute, by_module, parse_dump_acct, read_test_runs
 
 WORKER = 500  # a test process
 

@@ -53,7 +53,7 @@ def _trial_histories(mlflow: MlflowClient, sweep_id: str) -> dict[str, int]:
 # In WAL mode MLflow's writes go on a while after the disk is full (into the write-ahead log), and
 # the trials fail first, on their checkpoints; Tune then cannot read its own results back.
 @pytest.mark.long("a sweep trained until a 256 MiB disk fills, then failed (in WAL mode by its trials first, after the outage patience)")
-@pytest.mark.timeout(400)  # 81 s alone in WAL mode; 275-304 s in a full suite on 2 shared, contended cores
+@pytest.mark.timeout(400)  # 30-31 s alone, 57-69 s in full suites of three test processes (a Xeon; 2 cores)
 @pytest.mark.parametrize("wal", ["false", "true"], ids=["sqlite", "sqlite-wal"])
 def test_a_full_disk_fails_the_sweep_clearly_and_loses_no_record(ray_head, small_disk, tmp_path, wal):
     home = small_disk / "home"

@@ -1,7 +1,15 @@
 """What the REST routes do, against a real sweep database and a real (here: unreachable) Ray job API."""
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from search_spaces import load_spec
 from service.control.jobs import ClusterUnreachable, RayJobs
+from service.control.submission import SubmissionError, check_schedulable, cluster_nodes
 from service.control.reconciler import reconcile
 from service.local_servers import free_port
 from service.records import SweepRecord, SweepStore
@@ -28,17 +36,10 @@ def test_a_blip_in_the_clusters_reachability_is_no_verdict(tmp_path):
     assert (after.state, after.error, store.get("blip1").trials[0].state) == ("running", None, "running")
 
 
-
 def test_a_state_api_answer_without_any_nodes_resources_is_no_cluster_of_0_cpus(tmp_path):
     """A dashboard whose state API answers with no node (a fault injected here; seen once from a busy
-    head): the cluster's nodes are unknown, so a submission is not refused for "at most 0 CPU"."""
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from service.control.submission import check_schedulable, cluster_nodes
-    from search_spaces import load_spec
-
+    head): the cluster's nodes are unknown (None: the admission does not refuse on them, and the
+    submission says if Ray is away), so a trial is not refused for "at most 0 CPU"."""
     answers = iter([[], [{"state": "ALIVE", "resources_total": {}}, {"state": "DEAD", "resources_total": {"CPU": 8}}],
                     [{"state": "ALIVE", "resources_total": {"CPU": 2.0, "memory": 1e9}}]])
 
@@ -59,18 +60,15 @@ def test_a_state_api_answer_without_any_nodes_resources_is_no_cluster_of_0_cpus(
     try:
         jobs = RayJobs(Settings(home=tmp_path, ray_dashboard_url=f"http://127.0.0.1:{dashboard.server_port}",
                                 start_local_ray=False))
-        spec = load_spec("mnist_classification", quick=True, overrides={"execution.cpus_per_trial": 1})
-        for _ in range(2):  # no node at all; an alive node without resources (and a dead one)
-            assert cluster_nodes(jobs) is None
-            check_schedulable(spec, None)  # unknown: not refused here (the submission says if Ray is away)
+        assert cluster_nodes(jobs) is None  # no node at all
+        assert cluster_nodes(jobs) is None  # an alive node without resources (and a dead one with some)
         nodes = cluster_nodes(jobs)
         assert nodes == [{"CPU": 2.0, "memory": 1e9}]
-        check_schedulable(spec, nodes)
-        try:
+        check_schedulable(load_spec("mnist_classification", quick=True, overrides={"execution.cpus_per_trial": 2}), nodes)
+        with pytest.raises(SubmissionError) as refused:
             check_schedulable(load_spec("mnist_classification", quick=True, overrides={"execution.cpus_per_trial": 4}),
                               nodes)
-            raise AssertionError("4 CPUs a trial on a node of 2 was accepted")
-        except Exception as refused:
-            assert "at most 2: the largest node of the cluster has 2 CPU" in str(getattr(refused, "detail", refused))
+        assert refused.value.status == 422
+        assert refused.value.detail[0]["msg"] == "at most 2: the largest node of the cluster has 2 CPU"
     finally:
         dashboard.shutdown()
