@@ -10,7 +10,8 @@ unexport PYTHONDONTWRITEBYTECODE
 demo:  ## the main job: the quick MNIST classification sweep on the real MNIST, on a local Ray
 	@venv=$$(bash .ci/venv.sh) && "$$venv/bin/actsweep" run mnist_classification --quick
 
-# Test processes side by side (pytest-xdist, a test at a time to whichever is free). With two, the
+# Test processes side by side (pytest-xdist: whole modules to whichever is free, the API modules in two
+# of them, the longest first: tests/scheduling.py; make test-fast deals a test at a time). With two, the
 # cores were 80% busy over a whole run (BSD process accounting): each test process waits on process
 # starts, Ray's scheduling, servers and outages, often at the same time as the other. A third fills
 # that: 1,430 s → 1,211 s for the same code on the same machine. TEST_WORKERS=0 runs every test in one
@@ -19,7 +20,7 @@ TEST_WORKERS ?= 3
 FAST_TEST_WORKERS ?= 2
 
 test:  ## the test suite, against a real local Ray and real MLflow stores (and headless Chromium)
-	@bash .ci/system-packages.sh && venv=$$(bash .ci/venv.sh) && "$$venv/bin/python" -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	@bash .ci/system-packages.sh && venv=$$(bash .ci/venv.sh) && "$$venv/bin/python" -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast:  ## the inner loop: every test not marked slow (a few minutes; make test runs everything)
 	@venv=$$(bash .ci/venv.sh) && "$$venv/bin/python" -m pytest -q -m "not slow" -n $(FAST_TEST_WORKERS) --dist worksteal

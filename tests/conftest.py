@@ -37,6 +37,21 @@ SLOW_FIXTURES = {"ray_head", "server", "e2e", "cluster", "postgres"}
 DEFAULT_BOUND_S = 120  # pyproject.toml's timeout: every test's bound unless it is marked long
 
 
+def pytest_configure(config):
+    from tests.scheduling import register_module_clock
+
+    register_module_clock(config)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """make test's --dist loadfile: whole modules, the API modules in two lanes, the longest first (tests/scheduling.py)."""
+    if config.getoption("dist") == "loadfile":
+        from tests.scheduling import make_scheduler
+
+        return make_scheduler(config, log)
+    return None
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(item.fixturenames):
