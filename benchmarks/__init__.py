@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable
+
+from service.benchmarks.peaks import torch_threads  # noqa: F401 (the scripts take it from here)
 
 
 def median_seconds(call: Callable[[], object], rounds: int, warmup: int = 2) -> float:
@@ -25,16 +26,3 @@ def median_seconds(call: Callable[[], object], rounds: int, warmup: int = 2) -> 
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
-
-@contextmanager
-def torch_threads(count: int) -> Iterator[None]:
-    """torch's intra-op threads set to ``count`` inside the block, and given back after it (the tests
-    that run a benchmark in their process keep theirs)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)

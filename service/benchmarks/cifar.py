@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from service.benchmarks.peaks import sync
+from service.benchmarks.peaks import keeps_torch_threads, sync
 
 EPOCH_IMAGES = 45_000  # an epoch's images: CIFAR's 50,000 less a 5,000 validation split
 NETS = {  # experiment → (the net's activation, lr, dropout): one grid point of its sweep
@@ -415,6 +415,7 @@ def parser() -> argparse.ArgumentParser:
     return found
 
 
+@keeps_torch_threads
 def main(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)

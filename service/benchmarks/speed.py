@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from service.benchmarks.peaks import matmul_peak, sync
+from service.benchmarks.peaks import keeps_torch_threads, matmul_peak, sync
 
 ACTIVATIONS = ("gelu", "relu", "elu")
 DEPTH, WIDTH, CLASSES, PIXELS = 8, 128, 10, 784  # the paper's classifier
@@ -258,6 +258,7 @@ def variant_overrides(name: str, base: dict, trials: int, cores: int, pack_size:
     return overrides, packs
 
 
+@keeps_torch_threads
 def main(argv: list[str] | None = None) -> dict:
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping", "load", "cifar"], default="quick")

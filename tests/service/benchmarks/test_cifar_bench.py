@@ -18,8 +18,14 @@ ROWS = "plain,per_trial,per_trial_tf32,per_trial_channels_last,per_trial_tf32_ch
 
 def test_the_bench_prints_every_row_tiny(tmp_path, capsys):
     out = tmp_path / "cifar.json"
-    report = main(["--tiny", "--steps", "1", "--warmup", "1", "--nets", "cifar10_shallow", "--rows", ROWS,
-                   "--out", str(out)])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the bench measures on every core, and gives this process its one thread back
+    try:
+        report = main(["--tiny", "--steps", "1", "--warmup", "1", "--nets", "cifar10_shallow", "--rows", ROWS,
+                       "--out", str(out)])
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
     printed = capsys.readouterr().out
     assert "synthetic images in CIFAR's layout" in printed and report["synthetic_data"]
     rows = report["nets"]["cifar10_shallow"]["rows"]
