@@ -160,9 +160,9 @@ def report(processes: list[Process], runs: list[ClockedTest], top: int = 40) -> 
 _started: dict[str, tuple[float, float]] = {}
 
 
-def _own_cpu() -> float:
+def _own_cpu() -> tuple[float, float, int]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime, usage.ru_stime, usage.ru_minflt + usage.ru_majflt
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -174,7 +174,11 @@ def pytest_runtest_logfinish(nodeid, location):
     folder = os.environ.get("ACTSWEEP_SUITE_CPU_DIR")
     if started is None or not folder:
         return
-    record = {"test": nodeid, "pid": os.getpid(), "start": started, "end": time.time(), "own_cpu_s": _own_cpu() - cpu}
+    (user, system, faults), torch = _own_cpu(), sys.modules.get("torch")
+    record = {"test": nodeid, "pid": os.getpid(), "start": started, "end": time.time(),
+              "own_cpu_s": user + system - cpu[0] - cpu[1], "own_system_s": system - cpu[1], "page_faults": faults - cpu[2],
+              "torch_threads": torch.get_num_threads() if torch else None,  # (what the test left)
+              "threads": len(os.listdir("/proc/self/task"))}
     with open(Path(folder) / f"tests.{os.getpid()}.jsonl", "a") as out:
         out.write(json.dumps(record) + "\n")
 
