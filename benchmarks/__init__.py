@@ -11,8 +11,6 @@ import statistics
 import time
 from typing import Callable
 
-from service.benchmarks.peaks import torch_threads  # noqa: F401 (the scripts take it from here)
-
 
 def median_seconds(call: Callable[[], object], rounds: int, warmup: int = 2) -> float:
     """The median wall time of ``rounds`` calls of ``call``, after ``warmup`` untimed ones (the

@@ -25,7 +25,8 @@ import torch
 
 if __package__ in (None, ""):  # run as a script: the checkout's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import median_seconds, torch_threads  # noqa: E402
+from benchmarks import median_seconds  # noqa: E402
+from service.benchmarks.peaks import torch_threads  # noqa: E402
 from workers import masks  # noqa: E402
 
 

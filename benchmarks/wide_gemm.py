@@ -37,7 +37,8 @@ from workers.train import EVAL_BATCH
 
 if __package__ in (None, ""):  # run as a script (python benchmarks/wide_gemm.py): the checkout's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import median_seconds, torch_threads  # noqa: E402
+from benchmarks import median_seconds  # noqa: E402
+from service.benchmarks.peaks import torch_threads  # noqa: E402
 
 FAN_IN, UNITS = 784, 128  # the GELU paper's MNIST classifier: 784 inputs, 128 units per layer
 

@@ -16,6 +16,8 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")
 _TEST_PROCESSES = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _TEST_PROCESSES > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _TEST_PROCESSES)))
+    if "torch" in sys.modules:  # (a plugin imported it first: its OpenMP runtime read the variable then)
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 # Trials one after another in one reused worker process, for sweeps whose test is not about

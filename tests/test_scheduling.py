@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+
+import pytest
 
 from tests.scheduling import ModuleClock, api_lanes, module_seconds, next_module
 
@@ -47,3 +50,14 @@ def test_the_module_clock_writes_each_modules_seconds_longest_first(tmp_path):
     clock.pytest_sessionfinish()
     written = json.loads((tmp_path / "seconds.json").read_text())
     assert written == {"tests/b.py": 4.0, "tests/a.py": 3.2} and list(written) == ["tests/b.py", "tests/a.py"]
+
+
+def test_a_test_process_trains_on_its_share_of_the_threads():
+    """Under make test each test process trains on cores / processes threads (tests/conftest.py), even
+    where a plugin imported torch before the variable was set, and no test before this one kept more."""
+    import torch
+
+    processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if processes == 1:
+        pytest.skip("one test process: it keeps torch's threads")
+    assert torch.get_num_threads() == max(1, len(os.sched_getaffinity(0)) // processes)

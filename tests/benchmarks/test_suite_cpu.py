@@ -51,3 +51,13 @@ def test_the_controllers_copy_of_every_test_is_left_out(tmp_path):
     for pid, runs in ((1, _runs()[:1]), (2, _runs()[1:2]), (3, _runs())):  # 3: pytest-xdist's controller
         (tmp_path / f"tests.{pid}.jsonl").write_text("".join(json.dumps(r.__dict__) + "\n" for r in runs))
     assert sorted(r.test for r in read_test_runs(tmp_path)) == ["tests/a.py::test_server", "tests/a.py::test_sweep"]
+
+
+def test_loading_the_plugin_imports_no_torch():
+    """pytest loads it before tests/conftest.py gives each test process its share of the threads: a torch
+    imported by then would read OMP_NUM_THREADS unset (conftest then sets the threads itself)."""
+    import subprocess
+    import sys
+
+    probe = "import sys, benchmarks.suite_cpu; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"
