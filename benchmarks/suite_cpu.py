@@ -52,6 +52,10 @@ class ClockedTest:
     start: float
     end: float
     own_cpu_s: float  # the test process's own CPU over the test (setup, call, teardown)
+    own_system_s: float = 0.0  # (of which in the kernel)
+    page_faults: int = 0
+    torch_threads: int | None = None  # torch's threads when the test ended (None: no torch imported)
+    threads: int = 0  # the test process's threads when it ended
 
 
 # -- the two records --------------------------------------------------------------------------------

@@ -53,6 +53,18 @@ def test_the_controllers_copy_of_every_test_is_left_out(tmp_path):
     assert sorted(r.test for r in read_test_runs(tmp_path)) == ["tests/a.py::test_server", "tests/a.py::test_sweep"]
 
 
+def test_the_plugins_records_read_back(tmp_path, monkeypatch):
+    from benchmarks import suite_cpu
+
+    monkeypatch.setenv("ACTSWEEP_SUITE_CPU_DIR", str(tmp_path))
+    suite_cpu.pytest_runtest_logstart("tests/a.py::test_x", None)
+    sum(range(200_000))
+    suite_cpu.pytest_runtest_logfinish("tests/a.py::test_x", None)
+    (run,) = read_test_runs(tmp_path)
+    assert run.test == "tests/a.py::test_x" and run.end >= run.start and run.own_cpu_s >= run.own_system_s >= 0
+    assert run.threads >= 1 and run.page_faults >= 0
+
+
 def test_loading_the_plugin_imports_no_torch():
     """pytest loads it before tests/conftest.py gives each test process its share of the threads: a torch
     imported by then would read OMP_NUM_THREADS unset (conftest then sets the threads itself)."""
