@@ -11,7 +11,7 @@ stole the tail of `api/test_sweeps.py` set up its own API server, Ray head and `
   left that no lane holds (longest-processing-time first: a 200-s module of one test no longer
   comes last and ends the run alone). A lane whose process is gone is open to any process.
 
-A module's length is its seconds in a full suite (`tests/module_seconds.json`); a module missing
+A module's length is its seconds in a full suite (`tests/module_seconds.json`, a run of 9456fa2); a module missing
 from it counts half a second a test. `ACTSWEEP_MODULE_SECONDS_OUT=PATH make test` writes the
 lengths of the run to PATH.
 """
