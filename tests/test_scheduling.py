@@ -1,4 +1,5 @@
-"""tests/scheduling.py: which test process runs which module under make test's --dist loadfile."""
+"""The test processes of make test: which runs which module (tests/scheduling.py, --dist loadfile),
+and the threads each trains on (tests/conftest.py)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
-"""A device's matmul peak, measured in the same run as the figures that are shares of it."""
+"""A device's matmul peak, measured in the same run as the figures that are shares of it, and the
+torch threads a bench measures on (given back to its caller after it)."""
 from __future__ import annotations
 
 import functools
