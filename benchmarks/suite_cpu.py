@@ -161,7 +161,7 @@ def report(processes: list[Process], runs: list[ClockedTest], top: int = 40) -> 
 
 
 # -- the pytest plugin (-p benchmarks.suite_cpu) -----------------------------------------------------
-_started: dict[str, tuple[float, float]] = {}
+_started: dict[str, tuple[float, tuple[float, float, int]]] = {}  # test → (its start, _own_cpu() then)
 
 
 def _own_cpu() -> tuple[float, float, int]:

@@ -1,5 +1,7 @@
 """benchmarks/suite_cpu.py: each process's CPU charged to the test that started it."""
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -68,8 +70,5 @@ def test_the_plugins_records_read_back(tmp_path, monkeypatch):
 def test_loading_the_plugin_imports_no_torch():
     """pytest loads it before tests/conftest.py gives each test process its share of the threads: a torch
     imported by then would read OMP_NUM_THREADS unset (conftest then sets the threads itself)."""
-    import subprocess
-    import sys
-
     probe = "import sys, benchmarks.suite_cpu; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"

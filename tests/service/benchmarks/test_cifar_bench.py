@@ -16,16 +16,11 @@ SHALLOW = {"kind": "cifar_shallow", "width": 4, "input_noise": 0.15, "init": "to
 ROWS = "plain,per_trial,per_trial_tf32,per_trial_channels_last,per_trial_tf32_channels_last,streams,grouped_conv"  # (processes: the GPU run's)
 
 
-def test_the_bench_prints_every_row_tiny(tmp_path, capsys):
+def test_the_bench_prints_every_row_tiny(tmp_path, capsys, one_torch_thread):
     out = tmp_path / "cifar.json"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the bench measures on every core, and gives this process its one thread back
-    try:
-        report = main(["--tiny", "--steps", "1", "--warmup", "1", "--nets", "cifar10_shallow", "--rows", ROWS,
-                       "--out", str(out)])
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(threads)
+    report = main(["--tiny", "--steps", "1", "--warmup", "1", "--nets", "cifar10_shallow", "--rows", ROWS,
+                   "--out", str(out)])
+    assert torch.get_num_threads() == 1  # (given back: see one_torch_thread)
     printed = capsys.readouterr().out
     assert "synthetic images in CIFAR's layout" in printed and report["synthetic_data"]
     rows = report["nets"]["cifar10_shallow"]["rows"]

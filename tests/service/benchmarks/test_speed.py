@@ -16,17 +16,12 @@ pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make t
 
 @pytest.mark.long("the bench's three variants each timed twice, two of them as sweeps through Ray Tune and MLflow")
 @pytest.mark.timeout(300)  # 110 s in a full suite
-def test_the_benchmark_times_every_variant_and_keeps_each_ones_fastest_round(tmp_path, capsys):
+def test_the_benchmark_times_every_variant_and_keeps_each_ones_fastest_round(tmp_path, capsys, one_torch_thread):
     ray.shutdown()  # the bench starts its own local Ray
     out = tmp_path / "results.json"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the bench measures on every core, and gives this process its one thread back
-    try:
-        report = bench(["--trials-per-activation", "1", "--epochs", "2", "--train-examples", "256", "--repeats", "2",
-                        "--out", str(out)])
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(threads)
+    report = bench(["--trials-per-activation", "1", "--epochs", "2", "--train-examples", "256", "--repeats", "2",
+                    "--out", str(out)])
+    assert torch.get_num_threads() == 1  # (given back: see one_torch_thread)
     assert json.loads(out.read_text()) == report
     assert report["workload"]["trials"] == 3 and report["repeats"] == 2
     for name in ("plain", "per_trial", "fused"):
