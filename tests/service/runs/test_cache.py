@@ -113,6 +113,8 @@ def test_a_repeated_trial_is_reused_and_says_so_unless_rerun(settings):
     assert (rerun.trials, rerun.reused) == (4, 0)
 
 
+@pytest.mark.long("three sweeps in this process: the grid again, at 3 epochs, and at a second lr")
+@pytest.mark.timeout(160)  # 12-54 s in full suites of three test processes; 78.9 s in a slow one (581c29f)
 def test_a_change_that_affects_training_misses(settings):
     _sweep(settings)  # warm (or already warm from the test above)
     longer, _ = _sweep(settings, epochs=3)
