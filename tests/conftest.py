@@ -40,9 +40,25 @@ DEFAULT_BOUND_S = 120  # pyproject.toml's timeout: every test's bound unless it 
 
 
 def pytest_configure(config):
+    from tests.machine_speed import SCALE_VARIABLE, session_bound_scale
     from tests.scheduling import register_module_clock
 
     register_module_clock(config)
+    if hasattr(config, "workerinput"):  # an xdist test process: the session measured the machine once
+        config.bound_scale, config.bound_scale_says = config.workerinput["bound_scale"], ""
+    else:
+        config.bound_scale, config.bound_scale_says = session_bound_scale()
+    os.environ[SCALE_VARIABLE] = str(config.bound_scale)  # (tests' own deadlines: tests.machine_speed.scaled)
+
+
+def pytest_configure_node(node):
+    node.workerinput["bound_scale"] = node.config.bound_scale
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config):
+    if config.bound_scale_says:  # (last, where a CI log keeps it)
+        terminalreporter.write_line(config.bound_scale_says)
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -54,7 +70,7 @@ def pytest_xdist_make_scheduler(config, log):
     return None
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
@@ -64,6 +80,10 @@ def pytest_collection_modifyitems(items):
                                     "@pytest.mark.long(\"why it must take this long\") beside its @pytest.mark.timeout")
         if long:
             item.add_marker(pytest.mark.slow)
+        if config.bound_scale != 1:  # (the machine's speed: tests/machine_speed.py)
+            seconds = bound.args[0] if bound and bound.args else float(config.getini("timeout"))
+            item.add_marker(pytest.mark.timeout(round(seconds * config.bound_scale), **(bound.kwargs if bound else {})),
+                            append=False)
         if "cuda" in item.fixturenames:  # (make gpu-check selects them with -m cuda)
             item.add_marker(pytest.mark.cuda)
 

@@ -13,6 +13,7 @@ from service.control.jobs import dashboard_answers, ensure_ray_token
 from service.control.local_head import HEAD_SYSTEM_CONFIG
 from service.local_servers import ApiServer, RayNode, free_port
 from service.records import SweepStore
+from tests.machine_speed import scaled
 from tests.conftest import SIDE_BY_SIDE, TINY, new_home  # noqa: F401 (the API tests take them from here)
 
 
@@ -29,7 +30,7 @@ def ray_head():
         head = RayNode.head(port, 2, "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
                             "--include-dashboard", "true", "--system-config", json.dumps(HEAD_SYSTEM_CONFIG))
         url = f"http://127.0.0.1:{dashboard}"
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + scaled(90)
         while not dashboard_answers(url) and head.process.poll() is None and time.monotonic() < deadline:
             time.sleep(1)
         if head.process.poll() is not None:  # `ray start` gave up: say why, and try new ports
@@ -58,7 +59,7 @@ def api_env(tmp_path: Path, ray_head: dict, **extra: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def server(ray_head, tmp_path_factory):
     """One API server (and its worker process) for every module's tests that need no server of their own."""
-    api = ApiServer(api_env(tmp_path_factory.mktemp("api"), ray_head)).start()
+    api = ApiServer(api_env(tmp_path_factory.mktemp("api"), ray_head)).start(timeout_s=scaled(60))
     yield api
     api.stop()
 

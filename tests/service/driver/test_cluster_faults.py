@@ -19,6 +19,7 @@ from service.control.jobs import ensure_ray_token
 from service.driver.sweeps import run_sweep
 from service.local_servers import RayNode, free_port
 from service.settings import Settings
+from tests.machine_speed import scaled
 from workers.checkpoints import STATE_FILE
 
 pytestmark = pytest.mark.slow  # sweeps trained end to end on a real Ray (make test-fast leaves them out)
@@ -42,7 +43,7 @@ def cluster():
         _wait_until_listening(port)  # the head's GCS, which the workers join
         nodes += [RayNode.worker(address, 1, '{"worker_a": 1}'), RayNode.worker(address, 1, '{"worker_b": 1}')]
         ray.shutdown()  # this test's driver joins the cluster (another test may have left a local Ray)
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + scaled(90)
         while time.monotonic() < deadline:
             ray.init(address=address, log_to_driver=False)
             if sum(n["Alive"] for n in ray.nodes()) == 3:

@@ -1,0 +1,106 @@
+"""How much slower this machine is than the one the suite's time bounds were set on, so that the
+bounds scale with it.
+
+A test's bound (pyproject.toml's 120 s, or its own @pytest.mark.timeout) is there to stop a hung
+test, at about twice its time in a full suite on the reference machine below. On a slower CPU the
+same tests take longer, and not evenly: CI on another machine ran the suite in 1,825 s against
+793-841 s here, with training-bound tests 2.6-3× slower and process-bound ones no slower. So the
+session measures both kinds of work once, before any test starts, and multiplies every bound by the
+larger ratio (never below 1, never above MAX_SCALE). ``ACTSWEEP_TEST_BOUND_SCALE`` sets the factor
+instead (1 keeps the bounds as written).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+SCALE_VARIABLE = "ACTSWEEP_TEST_BOUND_SCALE"
+
+# Each the best of three, on an idle machine: a 2-core Intel Xeon with AMX and AVX-512 (the machine
+# of docs/testing.md's figures), measured with `python -m tests.machine_speed` at the commit that
+# added this module.
+REFERENCE_S = {
+    "python": 0.085,  # a pure-Python loop of 2 million multiply-adds (the interpreter: process starts, Ray, MLflow)
+    "torch": 0.062,  # 20 training steps of a 784-256-256-10 GELU MLP at batch 128, on one thread (the trials)
+}
+MAX_SCALE = 5.0  # a hung test still ends within CI's 90 minutes
+
+
+def _best_of(runs: int, work) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def python_seconds() -> float:
+    """The interpreter's speed: a pure-Python loop (best of three)."""
+    def loop():
+        total = 0
+        for i in range(2_000_000):
+            total += i * i
+    return _best_of(3, loop)
+
+
+def torch_seconds() -> float:
+    """The kernels' speed: 20 training steps of a small MLP on one thread (best of three)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        generator = torch.Generator().manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.GELU(), torch.nn.Linear(256, 256),
+                                    torch.nn.GELU(), torch.nn.Linear(256, 10))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = torch.randn(128, 784, generator=generator), torch.randint(0, 10, (128,), generator=generator)
+
+        def steps(n: int = 20):
+            for _ in range(n):
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+        steps(5)  # (warm-up: the first steps allocate)
+        return _best_of(3, steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def measure() -> dict[str, float]:
+    """This machine's seconds for each kind of work in REFERENCE_S."""
+    return {"python": python_seconds(), "torch": torch_seconds()}
+
+
+def bound_scale(measured: dict[str, float], reference: dict[str, float] = REFERENCE_S) -> float:
+    """The factor for every time bound: the largest slowdown against the reference, within [1, MAX_SCALE]."""
+    slowest = max(measured[kind] / reference[kind] for kind in reference)
+    return round(min(MAX_SCALE, max(1.0, slowest)), 2)
+
+
+def session_bound_scale() -> tuple[float, str]:
+    """The factor for this session, and a line that says where it came from."""
+    given = os.environ.get(SCALE_VARIABLE)
+    if given:
+        try:
+            scale = float(given)
+        except ValueError:
+            raise ValueError(f"{SCALE_VARIABLE} must be a number (a factor for every test's time bound), not {given!r}")
+        if not scale > 0:
+            raise ValueError(f"{SCALE_VARIABLE} must be above 0, not {given!r}")
+        return scale, f"time bounds ×{scale:g} ({SCALE_VARIABLE})"
+    measured = measure()
+    scale = bound_scale(measured)
+    ratios = ", ".join(f"{kind} {measured[kind]:.3f} s ({measured[kind] / REFERENCE_S[kind]:.2f}× the reference)"
+                       for kind in REFERENCE_S)
+    return scale, f"time bounds ×{scale:g}: this machine's {ratios}"
+
+
+def scaled(seconds: float) -> float:
+    """A test's own deadline (a wait for a state, a server) stretched like its bound."""
+    return seconds * float(os.environ.get(SCALE_VARIABLE) or 1)
+
+
+if __name__ == "__main__":
+    print(measure())

@@ -1,0 +1,39 @@
+"""The time bounds scale with the machine (tests/machine_speed.py)."""
+import pytest
+
+from tests.machine_speed import MAX_SCALE, REFERENCE_S, SCALE_VARIABLE, bound_scale, scaled, session_bound_scale
+
+
+def test_the_scale_is_the_largest_slowdown_within_its_limits():
+    assert bound_scale(dict(REFERENCE_S)) == 1.0
+    assert bound_scale({"python": REFERENCE_S["python"] * 1.5, "torch": REFERENCE_S["torch"] * 2.6}) == 2.6
+    assert bound_scale({"python": REFERENCE_S["python"] * 2.0, "torch": REFERENCE_S["torch"] / 3}) == 2.0
+    assert bound_scale({kind: seconds / 4 for kind, seconds in REFERENCE_S.items()}) == 1.0  # a faster machine keeps them
+    assert bound_scale({kind: seconds * 50 for kind, seconds in REFERENCE_S.items()}) == MAX_SCALE
+
+
+def test_the_variable_sets_the_scale_and_a_bad_one_is_named(monkeypatch):
+    monkeypatch.setenv(SCALE_VARIABLE, "2.5")
+    assert session_bound_scale()[0] == 2.5 and scaled(10) == 25
+    for bad in ("fast", "0", "-1"):
+        monkeypatch.setenv(SCALE_VARIABLE, bad)
+        with pytest.raises(ValueError, match=SCALE_VARIABLE):
+            session_bound_scale()
+
+
+def test_a_measured_machine_gets_a_scale_and_says_why(monkeypatch):
+    monkeypatch.delenv(SCALE_VARIABLE)
+    scale, says = session_bound_scale()
+    assert 1.0 <= scale <= MAX_SCALE and "python" in says and "torch" in says
+
+
+def test_every_bound_is_scaled_by_the_sessions_factor(request, pytestconfig):
+    bound = request.node.get_closest_marker("timeout")
+    expected = round(float(pytestconfig.getini("timeout")) * pytestconfig.bound_scale)
+    assert (bound.args[0] if bound else float(pytestconfig.getini("timeout"))) == expected
+
+
+@pytest.mark.timeout(30, method="thread")
+def test_a_tests_own_bound_is_scaled_and_keeps_its_method(request, pytestconfig):
+    bound = request.node.get_closest_marker("timeout")
+    assert bound.args[0] == round(30 * pytestconfig.bound_scale) and bound.kwargs == {"method": "thread"}
