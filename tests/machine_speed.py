@@ -6,7 +6,7 @@ test, at about twice its time in a full suite on the reference machine below. On
 same tests take longer, and not evenly: CI on another machine ran the suite in 1,825 s against
 793-841 s here, with training-bound tests 2.6-3× slower and process-bound ones no slower. So the
 session measures both kinds of work once, before any test starts, and multiplies every bound by the
-larger ratio (never below 1, never above MAX_SCALE). ``ACTSWEEP_TEST_BOUND_SCALE`` sets the factor
+larger ratio, times the share of the reference's cores it lacks (never below 1, never above MAX_SCALE). ``ACTSWEEP_TEST_BOUND_SCALE`` sets the factor
 instead (1 keeps the bounds as written).
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ REFERENCE_S = {
     "python": 0.085,  # a pure-Python loop of 2 million multiply-adds (the interpreter: process starts, Ray, MLflow)
     "torch": 0.062,  # 20 training steps of a 784-256-256-10 GELU MLP at batch 128, on one thread (the trials)
 }
+REFERENCE_CORES = 2  # make test's three test processes, and the Rays they start, share them
 MAX_SCALE = 5.0  # a hung test still ends within CI's 90 minutes
 
 
@@ -69,14 +70,16 @@ def torch_seconds() -> float:
 
 
 def measure() -> dict[str, float]:
-    """This machine's seconds for each kind of work in REFERENCE_S."""
-    return {"python": python_seconds(), "torch": torch_seconds()}
+    """This machine's seconds for each kind of work in REFERENCE_S, and the cores this process may use."""
+    return {"python": python_seconds(), "torch": torch_seconds(), "cores": len(os.sched_getaffinity(0))}
 
 
 def bound_scale(measured: dict[str, float], reference: dict[str, float] = REFERENCE_S) -> float:
-    """The factor for every time bound: the largest slowdown against the reference, within [1, MAX_SCALE]."""
+    """The factor for every time bound: the largest slowdown against the reference, stretched where
+    there are fewer cores than the reference's, within [1, MAX_SCALE]."""
     slowest = max(measured[kind] / reference[kind] for kind in reference)
-    return round(min(MAX_SCALE, max(1.0, slowest)), 2)
+    fewer_cores = max(1.0, REFERENCE_CORES / measured.get("cores", REFERENCE_CORES))
+    return round(min(MAX_SCALE, max(1.0, slowest * fewer_cores)), 2)
 
 
 def session_bound_scale() -> tuple[float, str]:
@@ -94,7 +97,7 @@ def session_bound_scale() -> tuple[float, str]:
     scale = bound_scale(measured)
     ratios = ", ".join(f"{kind} {measured[kind]:.3f} s ({measured[kind] / REFERENCE_S[kind]:.2f}× the reference)"
                        for kind in REFERENCE_S)
-    return scale, f"time bounds ×{scale:g}: this machine's {ratios}"
+    return scale, f"time bounds ×{scale:g}: this machine's {ratios}, on {measured['cores']} core{'s' if measured['cores'] != 1 else ''}"
 
 
 def scaled(seconds: float) -> float:

@@ -10,6 +10,9 @@ def test_the_scale_is_the_largest_slowdown_within_its_limits():
     assert bound_scale({"python": REFERENCE_S["python"] * 2.0, "torch": REFERENCE_S["torch"] / 3}) == 2.0
     assert bound_scale({kind: seconds / 4 for kind, seconds in REFERENCE_S.items()}) == 1.0  # a faster machine keeps them
     assert bound_scale({kind: seconds * 50 for kind, seconds in REFERENCE_S.items()}) == MAX_SCALE
+    assert bound_scale({**REFERENCE_S, "cores": 1}) == 2.0  # one core where the suite expects two
+    assert bound_scale({"python": REFERENCE_S["python"] * 1.5, "torch": REFERENCE_S["torch"], "cores": 1}) == 3.0
+    assert bound_scale({**REFERENCE_S, "cores": 16}) == 1.0
 
 
 def test_the_variable_sets_the_scale_and_a_bad_one_is_named(monkeypatch):
@@ -24,7 +27,7 @@ def test_the_variable_sets_the_scale_and_a_bad_one_is_named(monkeypatch):
 def test_a_measured_machine_gets_a_scale_and_says_why(monkeypatch):
     monkeypatch.delenv(SCALE_VARIABLE)
     scale, says = session_bound_scale()
-    assert 1.0 <= scale <= MAX_SCALE and "python" in says and "torch" in says
+    assert 1.0 <= scale <= MAX_SCALE and "python" in says and "torch" in says and "cores" in says
 
 
 def test_every_bound_is_scaled_by_the_sessions_factor(request, pytestconfig):

@@ -8,6 +8,7 @@ import pytest
 
 from service.local_servers import ApiServer
 from tests.conftest import new_home
+from tests.machine_speed import scaled
 
 
 @pytest.mark.slow  # starts the API's process (4 s): make test only
@@ -16,6 +17,6 @@ def test_an_api_that_exits_at_start_fails_at_once_with_its_logs_end(tmp_path):
            "ACTSWEEP_MAX_TRIALS_PER_SWEEP": "many"}  # (injected: a setting that cannot be read)
     started = time.monotonic()
     with pytest.raises(RuntimeError, match=r"the API did not start: it exited with [1-9]") as caught:
-        ApiServer(env, log=tmp_path / "api.log").start(timeout_s=120)
+        ApiServer(env, log=tmp_path / "api.log").start(timeout_s=scaled(120))
     assert "max_trials_per_sweep" in str(caught.value)  # the log's end names the bad setting
-    assert time.monotonic() - started < 60  # (it exited: not the 120 s of waiting for an answer)
+    assert time.monotonic() - started < scaled(60)  # (it exited: not the 120 s of waiting for an answer)

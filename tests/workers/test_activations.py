@@ -87,7 +87,9 @@ def test_elu_is_expm1_correctly_rounded_and_one_ulp_from_torch_at_most():
     ulp = torch.abs(torch.nextafter(torchs, torch.full_like(torchs, float("inf"))) - torchs)
     finite = torch.isfinite(torchs)
     assert ((ours - torchs).abs() <= ulp)[finite].all() and torch.equal(ours[~finite], torchs[~finite])
-    assert 0 < (ours != torchs).float().mean().item() < 0.01  # (0 would mean F.elu is correctly rounded too)
+    # (0 would mean F.elu is correctly rounded too; it differs on 0.03% of these inputs on its AVX2 and AVX-512
+    # paths, and on 3.3% on its scalar one, ATEN_CPU_CAPABILITY=default)
+    assert 0 < (ours != torchs).float().mean().item() < 0.05
     assert torch.isnan(elu(torch.tensor([float("nan")]))).all()
     assert torch.equal(elu(x, alpha=0.5), torch.where(x > 0, x, (0.5 * torch.expm1(x.double())).float()))
 

@@ -65,8 +65,8 @@ def server(ray_head, tmp_path_factory):
 
 
 def wait_for(client: httpx.Client, sweep_id: str, done, timeout: float = 300.0) -> dict:
-    """Poll GET /sweeps/{id} until ``done(record)``; returns the record."""
-    deadline = time.monotonic() + timeout
+    """Poll GET /sweeps/{id} until ``done(record)``, for ``timeout`` seconds stretched like the bounds; returns the record."""
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         record = client.get(f"/sweeps/{sweep_id}").json()
         if done(record):
@@ -80,8 +80,9 @@ def finished(record: dict) -> bool:
 
 
 def wait_in_store(store: SweepStore, sweep_id: str, done, timeout: float = 600.0, with_trials: bool = False):
-    """Read the sweep database directly (no API call, so nothing but the reconciler acts) until ``done``."""
-    deadline = time.monotonic() + timeout
+    """Read the sweep database directly (no API call, so nothing but the reconciler acts) until ``done``
+    (for ``timeout`` seconds stretched like the bounds)."""
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         record = store.get(sweep_id, with_trials=with_trials)
         if done(record):
