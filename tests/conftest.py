@@ -51,6 +51,7 @@ def pytest_configure(config):
     os.environ[SCALE_VARIABLE] = str(config.bound_scale)  # (tests' own deadlines: tests.machine_speed.scaled)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     node.workerinput["bound_scale"] = node.config.bound_scale
 
@@ -61,6 +62,7 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(config.bound_scale_says)
 
 
+@pytest.hookimpl(optionalhook=True)  # (xdist's hooks: pytest -p no:xdist runs without them)
 def pytest_xdist_make_scheduler(config, log):
     """make test's --dist loadfile: whole modules, the API modules in two lanes, the longest first (tests/scheduling.py)."""
     if config.getoption("dist") == "loadfile":
