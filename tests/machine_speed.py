@@ -6,8 +6,8 @@ test, at about twice its time in a full suite on the reference machine below. On
 same tests take longer, and not evenly: CI on another machine ran the suite in 1,825 s against
 793-841 s here, with training-bound tests 2.6-3× slower and process-bound ones no slower. So the
 session measures both kinds of work once, before any test starts, and multiplies every bound by the
-larger ratio, times the share of the reference's cores it lacks (never below 1, never above MAX_SCALE). ``ACTSWEEP_TEST_BOUND_SCALE`` sets the factor
-instead (1 keeps the bounds as written).
+larger ratio, times the share of the reference's cores it lacks (never below 1, never above
+MAX_SCALE). ``ACTSWEEP_TEST_BOUND_SCALE`` sets the factor instead (1 keeps the bounds as written).
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import time
 
 SCALE_VARIABLE = "ACTSWEEP_TEST_BOUND_SCALE"
 
-# Each the best of three, on an idle machine: a 2-core Intel Xeon with AMX and AVX-512 (the machine
-# of docs/testing.md's figures), measured with `python -m tests.machine_speed` at the commit that
-# added this module.
+# Each the best of three on a 2-core Intel Xeon with AMX and AVX-512 (the machine of docs/testing.md's
+# figures), `python -m tests.machine_speed` with nothing else running: python 0.080-0.089 s and torch
+# 0.044-0.066 s over one day; the slower figures are kept, so that this machine scales by 1.
 REFERENCE_S = {
     "python": 0.085,  # a pure-Python loop of 2 million multiply-adds (the interpreter: process starts, Ray, MLflow)
     "torch": 0.062,  # 20 training steps of a 784-256-256-10 GELU MLP at batch 128, on one thread (the trials)

@@ -13,8 +13,8 @@ from service.control.jobs import dashboard_answers, ensure_ray_token
 from service.control.local_head import HEAD_SYSTEM_CONFIG
 from service.local_servers import ApiServer, RayNode, free_port
 from service.records import SweepStore
-from tests.machine_speed import scaled
 from tests.conftest import SIDE_BY_SIDE, TINY, new_home  # noqa: F401 (the API tests take them from here)
+from tests.machine_speed import scaled
 
 
 @pytest.fixture(scope="session")
