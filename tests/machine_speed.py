@@ -17,8 +17,8 @@ import time
 SCALE_VARIABLE = "ACTSWEEP_TEST_BOUND_SCALE"
 
 # Each the best of three on a 2-core Intel Xeon with AMX and AVX-512 (the machine of docs/testing.md's
-# figures), `python -m tests.machine_speed` with nothing else running: python 0.080-0.089 s and torch
-# 0.044-0.066 s over one day; the slower figures are kept, so that this machine scales by 1.
+# figures), `python -m tests.machine_speed` with nothing else running: python 0.073-0.089 s and torch
+# 0.036-0.066 s over one day; the slower figures are kept, so that this machine scales by 1.
 REFERENCE_S = {
     "python": 0.085,  # a pure-Python loop of 2 million multiply-adds (the interpreter: process starts, Ray, MLflow)
     "torch": 0.062,  # 20 training steps of a 784-256-256-10 GELU MLP at batch 128, on one thread (the trials)
