@@ -44,22 +44,15 @@ def pytest_configure(config):
     from tests.scheduling import register_module_clock
 
     register_module_clock(config)
-    if hasattr(config, "workerinput"):  # an xdist test process: the session measured the machine once
-        config.bound_scale, config.bound_scale_says = config.workerinput["bound_scale"], ""
-    else:
-        config.bound_scale, config.bound_scale_says = session_bound_scale()
-    os.environ[SCALE_VARIABLE] = str(config.bound_scale)  # (tests' own deadlines: tests.machine_speed.scaled)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):
-    node.workerinput["bound_scale"] = node.config.bound_scale
+    # Measured once: the variable set here reaches the tests' own deadlines (tests.machine_speed.scaled)
+    # and xdist's test processes, started after this, which read it back instead of measuring.
+    config.bound_scale, config.bound_scale_says = session_bound_scale()
+    os.environ[SCALE_VARIABLE] = str(config.bound_scale)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, config):
-    if config.bound_scale_says:  # (last, where a CI log keeps it)
-        terminalreporter.write_line(config.bound_scale_says)
+    terminalreporter.write_line(config.bound_scale_says)  # (last, where a CI log keeps it)
 
 
 @pytest.hookimpl(optionalhook=True)  # (xdist's hooks: pytest -p no:xdist runs without them)
