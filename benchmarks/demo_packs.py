@@ -21,9 +21,11 @@ def train_one_seed(seed: int) -> dict:
     from search_spaces import load_spec
     from service.driver.data import load_splits
     from service.settings import Settings
+    from workers.allocator import keep_freed_memory
     from workers.fused import train_pack
 
     torch.set_num_threads(1)
+    keep_freed_memory()  # as a trial's process does (workers.trainable)
     spec = load_spec("mnist_classification", quick=True)
     cfgs = [spec.trial_config(p) for p in spec.grid_points() if p.seed == seed]
     splits = load_splits(spec, Settings(download=False))

@@ -9,6 +9,7 @@ import ray
 import torch
 from ray import tune
 
+from workers.allocator import keep_freed_memory
 from workers.checkpoints import CheckpointPacer, load_state, save_state, state_path
 from workers.data import Splits
 from workers.fused import train_pack
@@ -76,6 +77,7 @@ def run_trial(config: dict, splits: Splits) -> None:
 def _run_trial(config: dict, splits: Splits, device: torch.device) -> None:
     # One intra-op thread per reserved CPU, so concurrent trials do not oversubscribe the cores.
     torch.set_num_threads(max(1, int(config.get("cpus_per_trial", 1))))
+    keep_freed_memory()  # each step reuses the last one's memory, not fresh pages (workers.allocator)
     path = state_path(config)
     resume = load_state(path) if path else None
     context = ray.get_runtime_context()  # where it runs, and what it holds of a GPU (a pack may hold half)

@@ -89,3 +89,31 @@ def test_preloading_workers_find_torch_and_the_trainable_imported_before_any_tas
     # (Ray itself imports neither torch nor our trainable into a worker: with preload_workers off the
     # list is empty; MLflow, which the preload does not name, stays out)
     assert "imported ['torch', 'workers.trainable']" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
+@pytest.mark.slow  # starts a Ray twice (16 s): make test only
+def test_what_ray_shutdown_leaves_of_a_local_ray_is_killed_and_anothers_ray_is_not_ours(tmp_path):
+    done = _python("""
+        import psutil
+        from service.ray_session import kill_survivors, local_ray_processes
+
+        settings = Settings(home=sys.argv[1], num_cpus=1, dashboard=True)  # (its head processes outlive ray.shutdown)
+        connect_ray(settings)
+        time.sleep(2)  # (the dashboard's heads start after ray.init returns)
+        ours = local_ray_processes()
+        print("found", {"raylet", "gcs_server"} <= {p.name() for p in ours})
+        ray.shutdown()
+        kill_survivors(ours)
+        def left():  # (a process killed a moment ago may still be on its way out)
+            return [p.name() for p in ours if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        deadline = time.monotonic() + 5
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("left", left())
+        # a Ray found running (someone else's ray.init) is not this module's to kill
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+        connect_ray(settings)
+        print("theirs", local_ray_processes())
+    """, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "found True" in done.stdout and "left []" in done.stdout and "theirs []" in done.stdout, done.stdout
