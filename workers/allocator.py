@@ -29,10 +29,15 @@ TRIM_THRESHOLD_BYTES = 1024 * 2 ** 20  # free memory at the heap's top kept up t
 ENVIRONMENT = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
+def on_glibc() -> bool:
+    """Whether this Python runs on glibc (whose ``mallopt`` this module calls)."""
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
 def keep_freed_memory() -> bool:
     """Raise glibc's mmap and trim thresholds in this process (``mallopt``). Returns whether they
     were set: False off glibc (macOS, musl), or where the environment sets either itself."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if not on_glibc():
         return False
     if any(name in os.environ for name in ENVIRONMENT):
         return False

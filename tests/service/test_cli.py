@@ -40,10 +40,11 @@ def e2e(tmp_path_factory):
     command = subprocess.Popen(actsweep_command(*args), cwd=REPO, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     stdout, stderr = command.communicate(timeout=600)
-    deadline = time.monotonic() + 5  # (a process killed as the command ended may be on its way out)
-    while _session_processes(command.pid) and time.monotonic() < deadline:
+    deadline, left = time.monotonic() + 5, _session_processes(command.pid)
+    while left and time.monotonic() < deadline:  # (a process killed as the command ended may be on its way out)
         time.sleep(0.05)
-    E2E_LEFT_BEHIND.extend(_session_processes(command.pid))
+        left = _session_processes(command.pid)
+    E2E_LEFT_BEHIND.extend(left)
     assert command.returncode == 0, stderr[-1500:] + "\nstdout: " + stdout[-500:]
     return env, json.loads(stdout.strip().splitlines()[-1]), stderr
 

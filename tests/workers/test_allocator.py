@@ -1,7 +1,6 @@
 """workers.allocator: a step's freed tensors are reused, not faulted in again from the kernel."""
 import json
 import os
-import platform
 import subprocess
 import sys
 
@@ -9,8 +8,7 @@ import pytest
 
 from workers import allocator
 
-glibc_only = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-                                reason="mallopt is glibc's")
+glibc_only = pytest.mark.skipif(not allocator.on_glibc(), reason="mallopt is glibc's")
 
 # A step's life in miniature: tensors of 64, 32 and 21 MB made, written and freed, twelve times;
 # the page faults of the last six (while the heap grows to hold a step, the first ones fault either way).
