@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.optim.adam import adam
 
 from workers import graphs, masks
-from workers.activations import Activation, elu, elu_into, gelu_tanh, lrelu, normal_cdf, soi_map
+from workers.activations import Activation, elu, gelu_tanh, lrelu, normal_cdf, soi_map
 from workers.data.splits import Splits
 from workers.models import build_model
 from workers.optim import BETAS, EPS
@@ -249,9 +249,8 @@ def _joined_counters(batch: int, sites: tuple[tuple[int, int], ...], device: tor
     return torch.cat([masks.site_counters(batch, width, site_id, device) for site_id, width in sites], dim=1)
 
 
-# Out-variants of the aten kernels that F.gelu, F.relu, F.elu, ... run forward and backward (ELU forward
-# on the CPU: workers.activations.elu_into, as a trial alone runs it), per
-# activation: (forward(x, out), backward(grad, x, out)). Used by _GroupedActivation.
+# Out-variants of the aten kernels that F.gelu, F.relu, F.elu, ... run forward and backward, as a trial
+# alone runs them, per activation: (forward(x, out), backward(grad, x, out)). Used by _GroupedActivation.
 _aten = torch.ops.aten
 _INTO: dict[str, tuple[Callable, Callable]] = {
     "gelu": (lambda x, o: _aten.gelu.out(x, out=o), lambda g, x, o: _aten.gelu_backward.grad_input(g, x, grad_input=o)),
@@ -259,7 +258,7 @@ _INTO: dict[str, tuple[Callable, Callable]] = {
                   lambda g, x, o: _aten.gelu_backward.grad_input(g, x, approximate="tanh", grad_input=o)),
     "relu": (lambda x, o: torch.clamp_min(x, 0, out=o),
              lambda g, x, o: _aten.threshold_backward.grad_input(g, x, 0, grad_input=o)),
-    "elu": (lambda x, o: elu_into(x, o) if x.device.type == "cpu" else _aten.elu.out(x, 1.0, 1, 1, out=o),
+    "elu": (lambda x, o: _aten.elu.out(x, 1.0, 1, 1, out=o),
             lambda g, x, o: _aten.elu_backward.grad_input(g, 1.0, 1, 1, False, x, grad_input=o)),
     "lrelu": (lambda x, o: _aten.leaky_relu.out(x, 0.1, out=o),
               lambda g, x, o: _aten.leaky_relu_backward.grad_input(g, x, 0.1, False, grad_input=o)),
