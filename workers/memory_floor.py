@@ -38,15 +38,22 @@ DATASET_SHAPES = {
 }
 
 
-def dense_parameters(model: dict, in_dim: int, n_out: int) -> int | None:
-    """Weights and biases of the Linear layers of an ``mlp`` or ``autoencoder`` model block
-    (workers.models.MLP, Autoencoder); None for other kinds."""
+def dense_dims(model: dict, in_dim: int, n_out: int) -> list[int] | None:
+    """The widths from input to output of an ``mlp`` or ``autoencoder`` model block
+    (workers.models.MLP, Autoencoder): one Linear layer between each two; None for other kinds."""
     if model["kind"] == "mlp":
-        dims = [in_dim] + [model["width"]] * model["depth"] + [n_out]
-    elif model["kind"] == "autoencoder":
+        return [in_dim] + [model["width"]] * model["depth"] + [n_out]
+    if model["kind"] == "autoencoder":
         hidden = list(model["hidden"])
-        dims = [in_dim, *hidden, *reversed(hidden[:-1]), in_dim]
-    else:
+        return [in_dim, *hidden, *reversed(hidden[:-1]), in_dim]
+    return None
+
+
+def dense_parameters(model: dict, in_dim: int, n_out: int) -> int | None:
+    """Weights and biases of the Linear layers of an ``mlp`` or ``autoencoder`` model block; None
+    for other kinds."""
+    dims = dense_dims(model, in_dim, n_out)
+    if dims is None:
         return None
     return sum(fan_in * fan_out + fan_out for fan_in, fan_out in zip(dims[:-1], dims[1:]))
 
