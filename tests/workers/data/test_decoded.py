@@ -100,3 +100,27 @@ def test_mnist_reads_its_kept_copy_and_splits_it_the_same(tmp_path):
     np.save(copy / "test_y.npy", test_y)
     again = load_dataset("mnist", tmp_path / "no-data", False, 5000, train_subset=3000, cache_dir=cache)
     assert again.test_y[0] == test_y[0] != plain.test_y[0]
+
+
+def decode_with_pid(path: Path) -> dict[str, np.ndarray]:
+    """A child's decoding (``child=``): the arrays, and the process that decoded them."""
+    with gzip.open(path, "rb") as f:
+        return {**pickle.load(f), "pid": np.array([os.getpid()])}
+
+
+def test_a_named_decoding_runs_in_a_child_process_and_keeps_the_copy(source, tmp_path):
+    decode = Decoder(source)
+    with cache_in(tmp_path / "cache"):
+        first = decoded(source, "t", decode, child=f"{__name__}:decode_with_pid")
+        again = decoded(source, "t", decode, child=f"{__name__}:decode_with_pid")
+    assert decode.calls == 0 and int(first["pid"][0]) != os.getpid()  # (decoded elsewhere, read back here)
+    expected = decode()
+    assert _same({k: v for k, v in first.items() if k != "pid"}, expected) and _same(again, first)
+
+
+def test_a_child_that_fails_leaves_the_decoding_to_this_process(source, tmp_path, caplog):
+    decode = Decoder(source)
+    with cache_in(tmp_path / "cache"):
+        arrays = decoded(source, "t", decode, child=f"{__name__}:no_such_function")
+    assert decode.calls == 1 and _same(arrays, decode())
+    assert "in a child process failed" in caplog.text and "no_such_function" in caplog.text
