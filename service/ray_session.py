@@ -121,11 +121,14 @@ def _connect(settings: Settings, connection: Future) -> None:
         connection.set_exception(exc)
         return
     global _our_node
-    _our_node = ray._private.worker._global_node
+    _our_node = node = ray._private.worker._global_node
     connection.set_result(_dashboard_url(context))
     # This thread stays: Ray's processes die with the thread that started them (PR_SET_PDEATHSIG
-    # belongs to a thread, not a process), so it waits until the process exits, or Ray stops.
-    while ray.is_initialized():
+    # belongs to a thread, not a process), so it waits until the process exits, or until
+    # ray.shutdown has stopped them: it drops the node last. Ending when ray.is_initialized() turns
+    # False, early in ray.shutdown, killed the GCS and raylet under the shutdown's own goodbye to
+    # them, which then waited 10 s and more for an answer (tests/service/test_ray_session.py).
+    while ray._private.worker._global_node is node:
         time.sleep(1.0)
 
 

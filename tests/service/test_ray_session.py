@@ -117,3 +117,29 @@ def test_what_ray_shutdown_leaves_of_a_local_ray_is_killed_and_anothers_ray_is_n
     """, str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "found True" in done.stdout and "left []" in done.stdout and "theirs []" in done.stdout, done.stdout
+
+
+@pytest.mark.slow  # starts a Ray (5 s): make test only
+def test_the_gcs_and_raylet_are_alive_when_ray_shutdown_comes_to_stop_them(tmp_path):
+    """The thread that started Ray stays until ray.shutdown has stopped Ray's processes: ended
+    earlier, it took the GCS and raylet with it (they die with their thread) while the shutdown
+    still said goodbye to them, which then waited 10-39 s for an answer, in half the runs."""
+    done = _python("""
+        import psutil
+        from ray._private import node as ray_node, worker as ray_worker
+        from service.ray_session import local_ray_processes
+
+        connect_ray(settings)
+        ours = [p for p in local_ray_processes() if p.name() in ("raylet", "gcs_server")]
+        disconnect, kill_all = ray_worker.disconnect, ray_node.Node.kill_all_processes
+        def slow_disconnect(*args, **kwargs):  # injected delay: a shutdown slower than the thread's poll
+            disconnect(*args, **kwargs)
+            time.sleep(2.5)
+        def checked_kill_all(self, *args, **kwargs):
+            print("alive", sorted(p.name() for p in ours if p.is_running() and p.status() != psutil.STATUS_ZOMBIE))
+            return kill_all(self, *args, **kwargs)
+        ray_worker.disconnect, ray_node.Node.kill_all_processes = slow_disconnect, checked_kill_all
+        ray.shutdown()
+    """, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "alive ['gcs_server', 'raylet']" in done.stdout, done.stdout
