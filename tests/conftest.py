@@ -37,6 +37,7 @@ SLOW_FIXTURES = {"ray_head", "server", "e2e", "cluster", "postgres"}
 
 
 DEFAULT_BOUND_S = 120  # pyproject.toml's timeout: every test's bound unless it is marked long
+TIME_BOUND = "time_bound_s"  # a test's report carries its bound (user_properties: they cross to xdist's controller)
 
 
 def pytest_configure(config):
@@ -50,9 +51,33 @@ def pytest_configure(config):
     os.environ[SCALE_VARIABLE] = str(config.bound_scale)
 
 
+_TIMES: dict[str, list[float]] = {}  # test → [its seconds so far (setup, call, teardown), its time bound]
+
+
+def pytest_runtest_logreport(report):
+    """Each test's time beside its bound (the scaled one, which pytest-timeout holds its setup, call
+    and teardown to together), summed in the process that prints the summary."""
+    bound = dict(report.user_properties).get(TIME_BOUND)
+    if bound is not None:
+        _TIMES.setdefault(report.nodeid, [0.0, bound])[0] += report.duration
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, config):
+    if _TIMES:  # (docs/testing.md: no test may take half its bound)
+        terminalreporter.write_line(half_bound_line(_TIMES))
     terminalreporter.write_line(config.bound_scale_says)  # (last, where a CI log keeps it)
+
+
+def half_bound_line(times: dict[str, list[float]]) -> str:
+    """The summary's line on ``times`` (test → [seconds, bound]): how many took more than half their
+    bound, each of them, and the closest to its bound."""
+    past = sorted(((spent / bound, spent, bound, test) for test, (spent, bound) in times.items() if spent > bound / 2),
+                  reverse=True)
+    share, spent, bound, test = max((spent / bound, spent, bound, test) for test, (spent, bound) in times.items())
+    return (f"tests past half their time bound: {len(past)}"
+            + "".join(f"\n  {test}: {spent:.1f} s of {bound:g}" for _, spent, bound, test in past)
+            + f"\nthe closest to its bound: {test}, {spent:.1f} s of {bound:g} ({share:.0%})")
 
 
 @pytest.hookimpl(optionalhook=True)  # (xdist's hooks: pytest -p no:xdist runs without them)
@@ -79,6 +104,9 @@ def pytest_collection_modifyitems(config, items):
             seconds = bound.args[0] if bound and bound.args else float(config.getini("timeout"))
             item.add_marker(pytest.mark.timeout(round(seconds * config.bound_scale), **(bound.kwargs if bound else {})),
                             append=False)
+        timeout = item.get_closest_marker("timeout")
+        item.user_properties.append((TIME_BOUND, float(timeout.args[0] if timeout and timeout.args
+                                                       else config.getini("timeout"))))
         if "cuda" in item.fixturenames:  # (make gpu-check selects them with -m cuda)
             item.add_marker(pytest.mark.cuda)
 

@@ -40,3 +40,20 @@ def test_every_bound_is_scaled_by_the_sessions_factor(request, pytestconfig):
 def test_a_tests_own_bound_is_scaled_and_keeps_its_method(request, pytestconfig):
     bound = request.node.get_closest_marker("timeout")
     assert bound.args[0] == round(30 * pytestconfig.bound_scale) and bound.kwargs == {"method": "thread"}
+
+
+def test_a_tests_report_carries_its_scaled_bound(request, pytestconfig):
+    from tests.conftest import TIME_BOUND
+
+    expected = round(float(pytestconfig.getini("timeout")) * pytestconfig.bound_scale)
+    assert dict(request.node.user_properties)[TIME_BOUND] == expected
+
+
+def test_the_summary_names_every_test_past_half_its_bound_and_the_closest():
+    from tests.conftest import half_bound_line
+
+    line = half_bound_line({"a.py::slow": [70.0, 120.0], "b.py::quick": [1.0, 120.0], "c.py::long": [150.0, 200.0]})
+    assert line.splitlines() == ["tests past half their time bound: 2", "  c.py::long: 150.0 s of 200",
+                                 "  a.py::slow: 70.0 s of 120", "the closest to its bound: c.py::long, 150.0 s of 200 (75%)"]
+    assert half_bound_line({"b.py::quick": [59.9, 120.0]}).splitlines() == [
+        "tests past half their time bound: 0", "the closest to its bound: b.py::quick, 59.9 s of 120 (50%)"]
