@@ -17,8 +17,8 @@ decoded as before: the cache only ever saves time.
 A loader may name a decoding function for a child process (``child``): the first load then decodes
 in a child Python (:func:`decode_and_keep`), which keeps the copy, and reads it back. Unpickling and
 gunzipping hold the interpreter's lock; in a child they run beside the loading process's own work on
-another core (the CLI loads the dataset while it imports torch: there they shared one lock, and the
-load took 3 s of a 2-core start instead of 1.3).
+another core. (The CLI loads the dataset in a thread while it imports torch: there the two shared
+one lock, and the CLI then waited 1.5-1.9 s for the data on 2 cores, docs/plan.md.)
 """
 from __future__ import annotations
 
@@ -117,7 +117,6 @@ def _keep(arrays: dict[str, np.ndarray], copy: Path) -> None:
             logger.warning("no decoded copy kept in %s (%s): this file is decoded at every load", copy.parent, exc)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-
 
 
 def decode_and_keep(argv: list[str] | None = None) -> None:
