@@ -28,7 +28,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from workers.activation_defs import parse_name
-from workers.memory_floor import DATASET_SHAPES, DatasetShape, dense_dims, state_bytes
+from workers.memory_floor import DATASET_SHAPES, DatasetShape, dense_dims, dense_parameters, state_bytes
 from workers.models import build_model
 
 GIB = 2 ** 30
@@ -113,21 +113,17 @@ def dense_ceiling(spec) -> TrialFootprint | None:
     noise), and a step's work is three forward passes' matmuls (the backward's two bound it: the
     first layer's input gets no gradient). tests/workers/test_footprint.py holds it above the
     estimate, and near it."""
-    shape = DATASET_SHAPES.get(spec.dataset)
-    if shape is None or shape.token_ids:
-        return None
-    in_dim = math.prod(shape.in_shape)
-    dims = dense_dims(spec.model.model_dump(), in_dim, in_dim if spec.task == "reconstruct" else shape.n_out)
-    if dims is None:
+    shape, dims = DATASET_SHAPES.get(spec.dataset), dense_dims(spec)
+    if dims is None or shape.token_ids:
         return None
     layers = list(zip(dims[:-1], dims[1:]))
-    parameters = sum(fan_in * fan_out + fan_out for fan_in, fan_out in layers)
+    parameters = dense_parameters(dims)
     step_flops = 3 * 2 * spec.batch_size * sum(fan_in * fan_out for fan_in, fan_out in layers)
     epoch_flops = step_flops * (_train_examples(spec, shape) / spec.batch_size) + step_flops / 3 * (
         shape.evaluated / spec.batch_size)
     return TrialFootprint(parameters=parameters, state_bytes=state_bytes(parameters, spec.optimizer, spec.momentum),
                           activation_bytes=4 * spec.batch_size * sum(fan_in + 3 * fan_out for fan_in, fan_out in layers),
-                          data_bytes=shape.resident * (in_dim * 4 + 8), flops_per_epoch=epoch_flops)
+                          data_bytes=shape.resident * (dims[0] * 4 + 8), flops_per_epoch=epoch_flops)
 
 
 def unaffordable(spec, node_memory_bytes: float, max_sweep_flops: float) -> tuple[str, str] | None:

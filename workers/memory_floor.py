@@ -38,23 +38,24 @@ DATASET_SHAPES = {
 }
 
 
-def dense_dims(model: dict, in_dim: int, n_out: int) -> list[int] | None:
-    """The widths from input to output of an ``mlp`` or ``autoencoder`` model block
-    (workers.models.MLP, Autoencoder): one Linear layer between each two; None for other kinds."""
+def dense_dims(spec) -> list[int] | None:
+    """The widths from input to output of a spec's ``mlp`` or ``autoencoder`` (workers.models.MLP,
+    Autoencoder) on its dataset's examples, one Linear layer between each two; None for other
+    models and datasets."""
+    shape = DATASET_SHAPES.get(spec.dataset)
+    if shape is None:
+        return None
+    model, in_dim = spec.model.model_dump(), math.prod(shape.in_shape)
     if model["kind"] == "mlp":
-        return [in_dim] + [model["width"]] * model["depth"] + [n_out]
+        return [in_dim] + [model["width"]] * model["depth"] + [in_dim if spec.task == "reconstruct" else shape.n_out]
     if model["kind"] == "autoencoder":
         hidden = list(model["hidden"])
         return [in_dim, *hidden, *reversed(hidden[:-1]), in_dim]
     return None
 
 
-def dense_parameters(model: dict, in_dim: int, n_out: int) -> int | None:
-    """Weights and biases of the Linear layers of an ``mlp`` or ``autoencoder`` model block; None
-    for other kinds."""
-    dims = dense_dims(model, in_dim, n_out)
-    if dims is None:
-        return None
+def dense_parameters(dims: list[int]) -> int:
+    """Weights and biases of the Linear layers between ``dims`` (:func:`dense_dims`)."""
     return sum(fan_in * fan_out + fan_out for fan_in, fan_out in zip(dims[:-1], dims[1:]))
 
 
@@ -67,14 +68,10 @@ def state_bytes(parameters: int, optimizer: str, momentum: float = 0.0) -> int:
 def memory_floor_refusal(spec, node_memory_bytes: float) -> tuple[str, str] | None:
     """(the fields to change, the reason) where one trial's parameters alone need more memory than
     the largest node has; None where they fit or the model is not dense (the full estimate decides)."""
-    shape = DATASET_SHAPES.get(spec.dataset)
-    if shape is None:
+    dims = dense_dims(spec)
+    if dims is None:
         return None
-    model = spec.model.model_dump()
-    n_out = math.prod(shape.in_shape) if spec.task == "reconstruct" else shape.n_out
-    parameters = dense_parameters(model, math.prod(shape.in_shape), n_out)
-    if parameters is None:
-        return None
+    parameters = dense_parameters(dims)
     floor = state_bytes(parameters, spec.optimizer, spec.momentum)
     if floor <= node_memory_bytes:
         return None
