@@ -1,15 +1,21 @@
-"""What the demo's fused pack spends on a step's dropout noise, a step and an evaluation, with
-its dropout noise made as it was and as it is. ``python benchmarks/pack_step.py`` (``--dataset
-digits`` for a quick look).
+"""What the demo's fused pack spends on a step's dropout: its noise made as it was and as it is,
+and a training step with the dropout applied after the activation and inside it.
+``python benchmarks/pack_step.py`` (``--dataset digits`` for a quick look).
 
 The pack is the demo's (``actsweep run mnist_classification --quick``): 12 members, gelu_tanh, relu
 and elu × lr 1e-3, 1e-4 × dropout 0, 0.5, one seed, on one thread, as a trial worker runs it.
-The noise was made with a broadcast ``torch.where`` into a new tensor of ones each step; it is
-now ``masks.kept_noise`` (a comparison and a multiply). The
-two are checked to give the same bits, then timed alone (``noise``) and inside a whole training
-step (``step_ms``: median of ``--steps``, the two ways alternating in rounds of 10, so that both
-see the same machine). ``evaluate_s``: the test set's evaluation (median of 3), which has no
-dropout. Prints JSON.
+
+- ``noise``: the full noise (every row, ones for the rows without dropout), made with a broadcast
+  ``torch.where`` into a new tensor of ones as it was, and with ``masks.kept_noise`` (a comparison
+  and a multiply) as ``StackedNet.dropout_noise`` makes it now; checked to give the same bits.
+- ``step_ms``: a whole training step (median of ``--steps``, the two ways alternating in rounds of
+  10, so that both see the same machine). ``after``: each layer's activation, then a multiply by
+  that full noise (StackedNet.forward before the dropout moved into _GroupedActivation); ``inside``:
+  the forward as it is, the dropout rows' noise applied inside the grouped activation. The two
+  are checked to give the same loss bits.
+- ``evaluate_s``: the test set's evaluation (median of 3), which has no dropout.
+
+Prints JSON.
 """
 from __future__ import annotations
 
@@ -70,10 +76,27 @@ def noise(pack, batch: int, rounds: int) -> dict:
     return {"before_ms": round(before * 1e3, 3), "now_ms": round(kept * 1e3, 3), "speedup": round(before / kept, 2)}
 
 
+def _forward_with_dropout_after(net, x, members, collect=None, step=0):
+    """StackedNet.forward as it was: the activation, then the full noise multiplied in."""
+    noises = net.dropout_noise(x.shape[-2], x.device, step)
+    soi = net.soi_uniforms(x.shape[-2], x.device, step) if net.training else None
+    depth = 0
+    for i, (weight, bias) in enumerate(zip(net.weights, net.biases)):
+        if x.dim() == 2:
+            x = x.expand(len(weight), *x.shape)
+        x = torch.baddbmm(bias, x, weight)
+        if net.activated[i]:
+            x = net._activate(x, members, depth, soi[depth] if soi else None)
+            if noises is not None:
+                x = x * noises[depth]
+            depth += 1
+    return x
+
+
 def step_and_evaluate(pack, arrays, steps: int) -> dict:
-    """Median ms of a training step with the noise made before and now (alternating rounds of 10
-    steps), and the median s of the test set's evaluation."""
-    from workers.fused import StackedNet, evaluate_pack
+    """Median ms of a training step with the dropout after the activation and inside it
+    (alternating rounds of 10 steps), and the median s of the test set's evaluation."""
+    from workers.fused import evaluate_pack
     from workers.precision import forward_precision
     from workers.train import train_step
 
@@ -82,24 +105,24 @@ def step_and_evaluate(pack, arrays, steps: int) -> dict:
     generator = torch.Generator().manual_seed(0)
     idx = torch.stack([torch.randperm(len(train_y), generator=generator)[:pack.first.batch_size] for _ in pack.cfgs])
     x, y = pack.batch(train_x, train_y, idx, [])
+    net = pack.net
+    with torch.no_grad():
+        if not torch.equal(net(x, pack.members, step=3), _forward_with_dropout_after(net, x, pack.members, step=3)):
+            raise AssertionError("the dropout after and inside the activation differ")
     counter = iter(range(10 ** 9))
-
-    def before(net, batch, device, step=0):
-        return list(_noise_before(net, batch, step).split(net.widths, dim=-1)) if net.training else None
-
-    times: dict[str, list[float]] = {"before": [], "now": []}
+    times: dict[str, list[float]] = {"after": [], "inside": []}
     for _ in range(max(1, steps // 10)):
-        for way in ("before", "now"):
-            if way == "before":
-                pack.net.dropout_noise = partial(before, pack.net)  # (this instance only)
+        for way in ("after", "inside"):
+            if way == "after":
+                net.forward = partial(_forward_with_dropout_after, net)  # (this instance only)
             else:
-                del pack.net.dropout_noise  # back to StackedNet's own
+                del net.forward  # back to StackedNet's own
             times[way].append(median_seconds(lambda: train_step(pack, x, y, precision, 1.0, next(counter)), 10,
                                              warmup=1))
-    assert "dropout_noise" not in vars(pack.net) and StackedNet.dropout_noise  # (the pack's own again)
-    evaluate = median_seconds(lambda: evaluate_pack(pack.net, pack.members, test_x, test_y, "classify"), 3, warmup=1)
+    assert "forward" not in vars(net)  # (the pack's own again)
+    evaluate = median_seconds(lambda: evaluate_pack(net, pack.members, test_x, test_y, "classify"), 3, warmup=1)
     step = {way: round(statistics.median(found) * 1e3, 2) for way, found in times.items()}
-    return {"step_ms": step, "step_speedup": round(step["before"] / step["now"], 2), "evaluate_s": round(evaluate, 3)}
+    return {"step_ms": step, "step_speedup": round(step["after"] / step["inside"], 2), "evaluate_s": round(evaluate, 3)}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -103,6 +103,7 @@ class StackedNet(nn.Module):
         rows = [j for j, p in enumerate(rates) if p > 0]
         # dropout: its rows (None: every row), their keep thresholds and scales, (R, 1, 1)
         self.drop_rows = None if len(rows) == len(rates) else torch.tensor(rows, dtype=torch.long, device=device)
+        self._step_noise: dict = {}  # (batch, device): the noise forward fills each step (_noise_of_step)
         self.thresholds = torch.tensor([masks.keep_threshold(rates[j]) for j in rows], dtype=torch.int32, device=device)
         self.scales = torch.tensor([1.0 / (1.0 - rates[j]) for j in rows], device=device).view(-1, 1, 1)
         stochastic = [j for j, s in enumerate(self.row_stochastic) if s]
@@ -159,16 +160,36 @@ class StackedNet(nn.Module):
         unchanged). None where no member drops out (or in eval mode). One hash over every layer's
         counters side by side, for the dropout rows only (workers.masks). Always float32: a bf16 pack
         draws the masks of an fp32 one."""
+        noise = self._dropout_rows_noise(batch, device, step)
+        if noise is None:
+            return None
+        if self.drop_rows is not None:  # the other rows keep everything
+            noise = torch.ones((len(self.row_dropout), *noise.shape[1:]), device=noise.device).index_copy_(0, self.drop_rows, noise)
+        return list(noise.split(self.widths, dim=-1))
+
+    def _noise_of_step(self, batch: int, device, step: int | Tensor) -> Tensor | None:
+        """The noise of :meth:`dropout_noise`, (P, B, Σ widths), in a buffer the net keeps per batch
+        size: its rows without dropout are ones from the start, and each step writes the dropout rows
+        only (a new tensor of ones each step was 6% of the demo pack's step on a CPU). The step's
+        forward and backward read it; the next step's forward overwrites it (autograd's version
+        counter would name a backward that came after)."""
+        rows = self._dropout_rows_noise(batch, device, step)
+        if rows is None or self.drop_rows is None:
+            return rows
+        key = (batch, rows.device)
+        if key not in self._step_noise:
+            self._step_noise[key] = torch.ones((len(self.row_dropout), *rows.shape[1:]), device=rows.device)
+        return self._step_noise[key].index_copy_(0, self.drop_rows, rows)
+
+    def _dropout_rows_noise(self, batch: int, device, step: int | Tensor) -> Tensor | None:
+        """The dropout rows' noise (R, B, Σ widths), in ``drop_rows`` order; None as dropout_noise."""
         if not self.training or not self.any_dropout:
             return None
         device = torch.device(device)
         sites = tuple((masks.site(layer, masks.DROPOUT), width) for layer, width in enumerate(self.widths))
         keys = self.seed_keys if self.drop_rows is None else self.seed_keys.index_select(0, self.drop_rows)
         counters = _joined_counters(batch, sites, device)
-        noise = masks.kept_noise(masks.step_keys(keys, step), counters, self.thresholds, self.scales.view(-1))
-        if self.drop_rows is not None:  # the other rows keep everything
-            noise = torch.ones((len(self.row_dropout), *noise.shape[1:]), device=device).index_copy_(0, self.drop_rows, noise)
-        return list(noise.split(self.widths, dim=-1))
+        return masks.kept_noise(masks.step_keys(keys, step), counters, self.thresholds, self.scales.view(-1))
 
     def soi_uniforms(self, batch: int, device, step: int | Tensor) -> list[Tensor] | None:
         """Each activated layer's U[0, 1) for SOI's masks, (S, B, width) for the span of
@@ -180,15 +201,22 @@ class StackedNet(nn.Module):
         drawn = masks.uniforms(masks.step_keys(self.seed_keys[start:end], step), _joined_counters(batch, sites, torch.device(device)))
         return list(drawn.split(self.widths, dim=-1))
 
-    def _activate(self, x: Tensor, members: list[int], depth: int, soi_u: Tensor | None) -> Tensor:
+    def _groups_now(self, members: list[int]) -> list[tuple[str, int, int]]:
         groups = self._groups(members)  # one slice per activation when the pack is sorted by it
         if not self.training:  # SOI at test time is its expectation x·Φ(x), the GELU (§4)
             groups = [("gelu" if name == "soi" else name, start, end) for name, start, end in groups]
+        return groups
+
+    def _activate(self, x: Tensor, members: list[int], depth: int, soi_u: Tensor | None,
+                  noise: Tensor | None = None) -> Tensor:
+        """Layer ``depth``'s activations; with ``noise`` (:meth:`_noise_of_step` cut to this layer) the
+        dropout too, inside _GroupedActivation (forward passes it only where that runs)."""
+        groups = self._groups_now(members)
         offset = self.soi_span[0] if self.soi_span else 0  # (soi_u's first row is the span's)
-        if all(name in _INTO or name == "soi" for name, _, _ in groups):  # the papers' activations at their defaults
-            if len(groups) == 1 and groups[0][0] != "soi":
+        if _groupable(groups):  # the papers' activations at their defaults
+            if len(groups) == 1 and groups[0][0] != "soi" and noise is None:
                 return _PLAIN[groups[0][0]](x)
-            return _GroupedActivation.apply(x, groups, soi_u, offset)
+            return _GroupedActivation.apply(x, groups, soi_u, offset, noise)
         parts = []  # anything else: a slice each, joined (autograd then pays a copy per slice)
         for name, start, end in groups:
             layer = self.layers[members[start]][depth]
@@ -226,7 +254,11 @@ class StackedNet(nn.Module):
         In training mode the masks are those of optimiser step ``step`` (or of the step whose salt
         the 0-d tensor ``step`` holds: workers.masks.step_keys)."""
         batch = x.shape[-2]
-        noises = self.dropout_noise(batch, x.device, step)
+        # Dropout inside the grouped activation where that runs (in place, no product allocated forward
+        # or backward), else the noise multiplied in after the activation: the same values either way.
+        inside = collect is None and _groupable(self._groups_now(members))
+        noises = self._noise_of_step(batch, x.device, step) if inside else self.dropout_noise(batch, x.device, step)
+        noises = noises.split(self.widths, dim=-1) if inside and noises is not None else noises
         soi = self.soi_uniforms(batch, x.device, step) if self.training else None
         depth = 0  # activated layers so far
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
@@ -234,11 +266,12 @@ class StackedNet(nn.Module):
                 x = x.expand(len(weight), *x.shape)
             x = torch.baddbmm(bias, x, weight)
             if self.activated[i]:
-                x = self._activate(x, members, depth, soi[depth] if soi else None)
+                noise = noises[depth] if noises is not None else None
+                x = self._activate(x, members, depth, soi[depth] if soi else None, noise if inside else None)
                 if collect is not None:
                     collect.append(x)
-                if noises is not None:
-                    x = x * noises[depth]
+                if noise is not None and not inside:
+                    x = x * noise
                 depth += 1
         return x
 
@@ -270,21 +303,32 @@ _PLAIN: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "gelu_tanh": ge
                                                  "lrelu": lrelu, "silu": F.silu}
 
 
+def _groupable(groups: list[tuple[str, int, int]]) -> bool:
+    """Whether _GroupedActivation runs these groups (each activation's own aten kernels, or SOI's map)."""
+    return all(name in _INTO or name == "soi" for name, _, _ in groups)
+
+
 def _learned_key(name: str, value: Tensor) -> str:
     return f"{name}__unit" if value.dim() else name
 
 
 class _GroupedActivation(torch.autograd.Function):
-    """Each run of members its own activation, written into one output (and one input gradient).
+    """Each run of members its own activation, written into one output (and one input gradient),
+    and the dropout rows' inverted-dropout noise applied to it in place.
 
     Slicing the runs and joining them with torch.cat costs a copy forward and, backward, a zeroed
     full-size gradient per slice: about a fifth of a pack's training step for the paper's MLP.
     The kernels are the ones autograd runs for each activation alone, so the values are the same
     bit for bit (tests/workers/test_fused.py). SOI's run (training) is m·x with m = [u < Φ(x)]
-    (workers.activations.soi_map), its gradient the incoming one where m = 1."""
+    (workers.activations.soi_map), its gradient the incoming one where m = 1.
+
+    Dropout (``noise``: (P, B, width), StackedNet._noise_of_step) scales the output in place, and
+    backward the incoming gradient before the activation's backward: the products that a separate
+    ``x * noise`` and its backward make, without allocating them."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, groups: list[tuple[str, int, int]], soi_u: Tensor | None, offset: int) -> Tensor:
+    def forward(ctx, x: Tensor, groups: list[tuple[str, int, int]], soi_u: Tensor | None, offset: int,
+                noise: Tensor | None = None) -> Tensor:
         out = torch.empty_like(x)
         sizes = [end - start for _, start, end in groups]  # (split: one view op for all runs)
         kept = None
@@ -295,20 +339,24 @@ class _GroupedActivation(torch.autograd.Function):
                 torch.mul(kept, xs, out=outs)
             else:
                 _INTO[name][0](xs, outs)
-        ctx.save_for_backward(x, kept)
+        if noise is not None:
+            out.mul_(noise)
+        ctx.save_for_backward(x, kept, noise)
         ctx.groups, ctx.sizes = groups, sizes
         return out
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:
-        (x, kept), grad = ctx.saved_tensors, grad.contiguous()
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
+        (x, kept, noise), grad = ctx.saved_tensors, grad.contiguous()
         grad_in = torch.empty_like(x)
+        if noise is not None:  # the gradient through the dropout into grad_in; the activation's backward in place
+            grad = torch.mul(grad, noise, out=grad_in)
         for (name, _, _), gs, xs, ins in zip(ctx.groups, grad.split(ctx.sizes), x.split(ctx.sizes), grad_in.split(ctx.sizes)):
             if name == "soi":
                 torch.mul(gs, kept, out=ins)
             else:
                 _INTO[name][1](gs, xs, ins)
-        return grad_in, None, None, None
+        return grad_in, None, None, None, None
 
 
 class CompiledStep:

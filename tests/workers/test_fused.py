@@ -6,10 +6,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from workers import fused
 from workers.data import load_dataset
-from workers.fused import fusable, train_pack
+from workers.fused import StackedNet, fusable, train_pack
+from workers.models import build_model
 from workers.train import train_epochs
 from workers.trial import TrialConfig
 
@@ -90,6 +92,55 @@ def test_a_pack_without_soi_shares_kernels_and_still_matches(digits, monkeypatch
     for cfg, history in zip(cfgs, _members(cfgs, digits)):
         _assert_same(history, _alone(cfg, digits), f"{cfg.activation} dropout {cfg.dropout} seed {cfg.seed}")
     assert grouped_calls[0] == [("gelu", 0, 2), ("relu", 2, 4), ("elu", 4, 5), ("silu", 5, 6)]
+
+
+def _step_with_dropout_after(net: StackedNet, x, y, members, step: int):
+    """StackedNet.forward as it was: each layer's activation, then a multiply by the full noise
+    (ones for the rows without dropout). Returns the output and every parameter's gradient."""
+    noises = net.dropout_noise(x.shape[-2], x.device, step)
+    soi = net.soi_uniforms(x.shape[-2], x.device, step)
+    depth, h = 0, x
+    for i, (weight, bias) in enumerate(zip(net.weights, net.biases)):
+        h = torch.baddbmm(bias, h, weight)
+        if net.activated[i]:
+            h = net._activate(h, members, depth, soi[depth] if soi else None) * noises[depth]
+            depth += 1
+    return h, _gradients(net, h, y)
+
+
+def _gradients(net: StackedNet, out, y) -> list:
+    net.zero_grad(set_to_none=True)
+    torch.nn.functional.cross_entropy(out.float().flatten(0, 1), y.flatten()).backward()
+    return [p.grad.clone() for p in net.parameters()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("activations, dropouts", [
+    (["elu", "elu", "gelu_tanh", "gelu_tanh", "relu", "relu", "soi", "silu"], [0.0, 0.5, 0.5, 0.5, 0.0, 0.2, 0.5, 0.0]),
+    (["gelu", "relu", "elu"], [0.5, 0.1, 0.25]),  # every row drops out
+    (["relu", "relu", "relu"], [0.5, 0.0, 0.5]),  # one activation: the plain function without dropout
+])
+def test_dropout_inside_the_grouped_activation_gives_the_bits_of_a_multiply_after_it(activations, dropouts, dtype):
+    """A pack's dropout is applied inside _GroupedActivation, to the dropout rows only: the output
+    and every gradient equal, bit for bit, those of a multiply by the full noise after the
+    activation, in fp32 and under bf16 autocast, with runs of dropout rows of one and several."""
+    references = []
+    for seed in range(len(activations)):
+        torch.manual_seed(seed)
+        references.append(build_model({**MLP, "width": 32}, (20,), 10, activations[seed], dropouts[seed]))
+    net = StackedNet(references, activations, dropouts, list(range(len(activations))), "cpu")
+    members = list(range(len(activations)))
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(len(members), 16, 20, generator=generator)
+    y = torch.randint(0, 10, (len(members), 16), generator=generator)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        inside = net(x, members, step=7)
+        inside_grads = _gradients(net, inside, y)
+        after, after_grads = _step_with_dropout_after(net, x, y, members, step=7)
+    assert inside.dtype == after.dtype or dtype == torch.bfloat16
+    assert torch.equal(inside.float(), after.float())
+    assert all(torch.equal(a, b) for a, b in zip(inside_grads, after_grads))
+    assert any(not torch.equal(a, b) for a, b in zip(inside_grads, _step_with_dropout_after(net, x, y, members, 8)[1]))
 
 
 def test_a_reconstructing_pack_matches_too(digits):
