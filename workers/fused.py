@@ -170,9 +170,9 @@ class StackedNet(nn.Module):
     def _noise_of_step(self, batch: int, device, step: int | Tensor) -> Tensor | None:
         """The noise of :meth:`dropout_noise`, (P, B, Σ widths), in a buffer the net keeps per batch
         size: its rows without dropout are ones from the start, and each step writes the dropout rows
-        only (a new tensor of ones each step was 6% of the demo pack's step on a CPU). The step's
-        forward and backward read it; the next step's forward overwrites it (autograd's version
-        counter would name a backward that came after)."""
+        only, where a new tensor of ones was made each step. The step's forward and backward read it;
+        the next step's forward overwrites it (autograd's version counter would name a backward that
+        came after). Made in an eager step, before any CUDA graph captures one (workers.graphs)."""
         rows = self._dropout_rows_noise(batch, device, step)
         if rows is None or self.drop_rows is None:
             return rows
