@@ -118,12 +118,13 @@ def _gradients(net: StackedNet, out, y) -> list:
 @pytest.mark.parametrize("activations, dropouts", [
     (["elu", "elu", "gelu_tanh", "gelu_tanh", "relu", "relu", "soi", "silu"], [0.0, 0.5, 0.5, 0.5, 0.0, 0.2, 0.5, 0.0]),
     (["gelu", "relu", "elu"], [0.5, 0.1, 0.25]),  # every row drops out
-    (["relu", "relu", "relu"], [0.5, 0.0, 0.5]),  # one activation: the plain function without dropout
+    (["relu", "relu", "relu"], [0.5, 0.0, 0.5]),  # one activation: _GroupedActivation where F.relu ran alone
 ])
 def test_dropout_inside_the_grouped_activation_gives_the_bits_of_a_multiply_after_it(activations, dropouts, dtype):
-    """A pack's dropout is applied inside _GroupedActivation, to the dropout rows only: the output
-    and every gradient equal, bit for bit, those of a multiply by the full noise after the
-    activation, in fp32 and under bf16 autocast, with runs of dropout rows of one and several."""
+    """A pack's dropout is applied inside _GroupedActivation, in place, from a noise buffer the net
+    refills each step: the output and every gradient equal, bit for bit, those of a multiply by a
+    new full noise after the activation, step after step (the buffer reused), in fp32 and under
+    bf16 autocast, with runs of dropout rows of one and several."""
     references = []
     for seed in range(len(activations)):
         torch.manual_seed(seed)
@@ -133,14 +134,16 @@ def test_dropout_inside_the_grouped_activation_gives_the_bits_of_a_multiply_afte
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(len(members), 16, 20, generator=generator)
     y = torch.randint(0, 10, (len(members), 16), generator=generator)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-        inside = net(x, members, step=7)
-        inside_grads = _gradients(net, inside, y)
-        after, after_grads = _step_with_dropout_after(net, x, y, members, step=7)
-    assert inside.dtype == after.dtype or dtype == torch.bfloat16
-    assert torch.equal(inside.float(), after.float())
-    assert all(torch.equal(a, b) for a, b in zip(inside_grads, after_grads))
-    assert any(not torch.equal(a, b) for a, b in zip(inside_grads, _step_with_dropout_after(net, x, y, members, 8)[1]))
+    grads_by_step = []
+    for step in (7, 8):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            inside = net(x, members, step=step)
+            inside_grads = _gradients(net, inside, y)
+            after, after_grads = _step_with_dropout_after(net, x, y, members, step=step)
+        assert torch.equal(inside.float(), after.float()), step
+        assert all(torch.equal(a, b) for a, b in zip(inside_grads, after_grads)), step
+        grads_by_step.append(inside_grads)
+    assert any(not torch.equal(a, b) for a, b in zip(*grads_by_step))  # (the steps' masks differ)
 
 
 def test_a_reconstructing_pack_matches_too(digits):
