@@ -76,8 +76,10 @@ def noise(pack, batch: int, rounds: int) -> dict:
     return {"before_ms": round(before * 1e3, 3), "now_ms": round(kept * 1e3, 3), "speedup": round(before / kept, 2)}
 
 
-def _forward_with_dropout_after(net, x, members, collect=None, step=0):
-    """StackedNet.forward as it was: the activation, then the full noise multiplied in."""
+def forward_with_dropout_after(net, x, members, collect=None, step=0):
+    """StackedNet.forward as it was: each layer's activation, then a multiply by the full noise
+    (ones for the rows without dropout). tests/workers/test_fused.py holds the forward as it is to
+    its bits."""
     noises = net.dropout_noise(x.shape[-2], x.device, step)
     soi = net.soi_uniforms(x.shape[-2], x.device, step) if net.training else None
     depth = 0
@@ -107,14 +109,14 @@ def step_and_evaluate(pack, arrays, steps: int) -> dict:
     x, y = pack.batch(train_x, train_y, idx, [])
     net = pack.net
     with torch.no_grad():
-        if not torch.equal(net(x, pack.members, step=3), _forward_with_dropout_after(net, x, pack.members, step=3)):
+        if not torch.equal(net(x, pack.members, step=3), forward_with_dropout_after(net, x, pack.members, step=3)):
             raise AssertionError("the dropout after and inside the activation differ")
     counter = iter(range(10 ** 9))
     times: dict[str, list[float]] = {"after": [], "inside": []}
     for _ in range(max(1, steps // 10)):
         for way in ("after", "inside"):
             if way == "after":
-                net.forward = partial(_forward_with_dropout_after, net)  # (this instance only)
+                net.forward = partial(forward_with_dropout_after, net)  # (this instance only)
             else:
                 del net.forward  # back to StackedNet's own
             times[way].append(median_seconds(lambda: train_step(pack, x, y, precision, 1.0, next(counter)), 10,

@@ -160,15 +160,11 @@ class StackedNet(nn.Module):
         unchanged). None where no member drops out (or in eval mode). One hash over every layer's
         counters side by side, for the dropout rows only (workers.masks). Always float32: a bf16 pack
         draws the masks of an fp32 one."""
-        noise = self._dropout_rows_noise(batch, device, step)
-        if noise is None:
-            return None
-        if self.drop_rows is not None:  # the other rows keep everything
-            noise = torch.ones((len(self.row_dropout), *noise.shape[1:]), device=noise.device).index_copy_(0, self.drop_rows, noise)
-        return list(noise.split(self.widths, dim=-1))
+        noise = self._noise_of_step(batch, device, step)
+        return None if noise is None else list(noise.clone().split(self.widths, dim=-1))  # (theirs: not the buffer)
 
     def _noise_of_step(self, batch: int, device, step: int | Tensor) -> Tensor | None:
-        """The noise of :meth:`dropout_noise`, (P, B, Σ widths), in a buffer the net keeps per batch
+        """Each member's noise side by side, (P, B, Σ widths), in a buffer the net keeps per batch
         size: its rows without dropout are ones from the start, and each step writes the dropout rows
         only, where a new tensor of ones was made each step. The step's forward and backward read it;
         the next step's forward overwrites it (autograd's version counter would name a backward that

@@ -30,8 +30,8 @@ def test_noise_made_another_way_that_differs_is_not_timed(monkeypatch):
 
 
 def test_a_step_whose_dropout_differs_is_not_timed(monkeypatch):
-    original = pack_step._forward_with_dropout_after
-    monkeypatch.setattr(pack_step, "_forward_with_dropout_after",
+    original = pack_step.forward_with_dropout_after
+    monkeypatch.setattr(pack_step, "forward_with_dropout_after",
                         lambda net, x, members, collect=None, step=0: original(net, x, members, step=step + 1))
     with pytest.raises(AssertionError, match="differ"):
         main(["--dataset", "digits", "--steps", "3"])

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.pack_step import forward_with_dropout_after
 from workers import fused
 from workers.data import load_dataset
 from workers.fused import StackedNet, fusable, train_pack
@@ -95,17 +96,10 @@ def test_a_pack_without_soi_shares_kernels_and_still_matches(digits, monkeypatch
 
 
 def _step_with_dropout_after(net: StackedNet, x, y, members, step: int):
-    """StackedNet.forward as it was: each layer's activation, then a multiply by the full noise
-    (ones for the rows without dropout). Returns the output and every parameter's gradient."""
-    noises = net.dropout_noise(x.shape[-2], x.device, step)
-    soi = net.soi_uniforms(x.shape[-2], x.device, step)
-    depth, h = 0, x
-    for i, (weight, bias) in enumerate(zip(net.weights, net.biases)):
-        h = torch.baddbmm(bias, h, weight)
-        if net.activated[i]:
-            h = net._activate(h, members, depth, soi[depth] if soi else None) * noises[depth]
-            depth += 1
-    return h, _gradients(net, h, y)
+    """The output and every parameter's gradient of StackedNet.forward as it was (the benchmark's
+    reference: each activation, then a multiply by the full noise)."""
+    out = forward_with_dropout_after(net, x, members, step=step)
+    return out, _gradients(net, out, y)
 
 
 def _gradients(net: StackedNet, out, y) -> list:
