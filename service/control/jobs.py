@@ -6,11 +6,11 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
-from tenacity import (Retrying, retry_if_exception, retry_if_exception_type, stop_after_attempt, stop_after_delay,
-                      wait_exponential, wait_fixed)
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from service.control.local_head import (HEAD_START_S, LocalHead, dashboard_url_of, head_lock, recorded_head,
                                               start_head, stop_head, wait_for_dashboard)
@@ -67,7 +67,30 @@ def ensure_ray_token() -> None:
 
 
 AGENT_WAIT_S = 60  # how long a submission waits for a just-started head's job agent
+SERVER_ERROR_WAIT_S = 15  # how long a submission asks again after any other error inside Ray's job API (HTTP 500)
 STATUS_TRIES = 4  # a job's status is asked this often (0.25, 0.5, 1 s apart) before the cluster counts as away
+
+
+def ray_error_reason(exc: BaseException) -> str:
+    """One line for an error from Ray's job API: its first line ("Request failed with status code
+    500: Traceback (most recent call last):") with the exception that ends the server's traceback,
+    the line that says what went wrong."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip(" .")]
+    if not lines:
+        return type(exc).__name__
+    first, last = lines[0], lines[-1]
+    if len(lines) == 1 or not first.endswith("Traceback (most recent call last):"):
+        return first
+    return first.removesuffix("Traceback (most recent call last):").rstrip() + " " + last
+
+
+def _patience_for(exc: RuntimeError) -> float:
+    text = str(exc)
+    if "No available agent" in text:  # a head that has just started answers before its job agent is up
+        return AGENT_WAIT_S
+    if "status code 500" in text and "already exists" not in text:  # a fault inside Ray's job head or agent
+        return SERVER_ERROR_WAIT_S
+    return 0.0  # a refusal (a bad request, an id taken): asking again changes nothing
 
 
 class ClusterUnreachable(RuntimeError):
@@ -161,16 +184,21 @@ class RayJobs:
             else:
                 env[f"ACTSWEEP_{name.upper()}"] = value
         entrypoint = f"{shlex.quote(sys.executable)} -m service.driver {shlex.quote(sweep_id)}"
-        # A Ray head that has just started answers before its job agent is up: asked again for a while.
-        no_agent_yet = retry_if_exception(lambda exc: isinstance(exc, RuntimeError) and "No available agent" in str(exc))
-        for attempt in Retrying(stop=stop_after_delay(AGENT_WAIT_S), wait=wait_fixed(1.0), retry=no_agent_yet,
-                                reraise=True):
-            with attempt:
-                return self.client.submit_job(entrypoint=entrypoint, submission_id=job_id_for(sweep_id, restart),
+        job_id = job_id_for(sweep_id, restart)
+        started = time.monotonic()
+        while True:
+            try:
+                return self.client.submit_job(entrypoint=entrypoint, submission_id=job_id,
                                               runtime_env={"env_vars": env},
                                               # job_name: the name Ray's dashboard lists the job by
                                               metadata={"job_name": " ".join(filter(None, ("actsweep", experiment, sweep_id))),
                                                         "sweep_id": sweep_id, "experiment": experiment})
+            except RuntimeError as exc:
+                if "already exists" in str(exc) and self.status(job_id) is not None:
+                    return job_id  # an earlier try of this submission went in (or another replica's restart)
+                if time.monotonic() - started >= _patience_for(exc):
+                    raise RuntimeError(ray_error_reason(exc)) from exc
+            time.sleep(1.0)
 
     def node_resources(self) -> list[dict[str, float]]:
         """Each alive node's Ray resources (CPU, GPU, ...), from the dashboard's state API."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -42,8 +43,30 @@ def ray_head():
         break
     else:
         pytest.fail("ray start exited three times:\n" + "\n---\n".join(exits))
-    yield {"dashboard_url": url, "address": f"127.0.0.1:{port}"}
+    yield {"dashboard_url": url, "address": f"127.0.0.1:{port}", "temp_dir": head.temp_dir}
     head.stop()
+
+
+RAY_LOGS_ON_FAILURE = ("dashboard_JobHead.log", "dashboard_agent.log", "raylet.out", "gcs_server.out")  # (.out: W/E/F lines)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that used the shared Ray head carries the ends of the head's logs (its job API's
+    and its node's): a fault of the head (a job API answering 500, seen once in CI) is then read in
+    the report, not guessed at."""
+    report = yield
+    head = item.funcargs.get("ray_head") if report.failed and hasattr(item, "funcargs") else None
+    if head is not None:
+        logs = Path(head["temp_dir"]) / "session_latest" / "logs"
+        for name in RAY_LOGS_ON_FAILURE:
+            if (logs / name).is_file():
+                lines = (logs / name).read_text(errors="replace").splitlines()
+                if name.endswith(".out"):  # the C++ processes' logs: their warnings and errors only
+                    lines = [line for line in lines if re.match(r"\[\S+ \S+ [WEF] ", line)]
+                if lines:
+                    report.sections.append((f"the Ray head's {name} (its last 40 lines)", "\n".join(lines[-40:])))
+    return report
 
 
 def _said(node: RayNode) -> str:

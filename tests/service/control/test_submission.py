@@ -72,3 +72,105 @@ def test_a_state_api_answer_without_any_nodes_resources_is_no_cluster_of_0_cpus(
         assert refused.value.detail[0]["msg"] == "at most 2: the largest node of the cluster has 2 CPU"
     finally:
         dashboard.shutdown()
+
+
+def _traceback(*frames_then_error: str) -> str:
+    """A server's answer as Ray's job API words it (traceback.format_exc(): its frames elided here), ending in the error."""
+    return "Traceback (most recent call last):\n  File \"job_head.py\", line 407, in submit_job\n" + "\n".join(frames_then_error) + "\n"
+
+
+class _JobApi:
+    """Ray's job API over HTTP (the version route, job submission, a job's info), answering each
+    submission with the next of ``answers``: (status, body, whether the job goes in). A fault injected:
+    the real API's 500s (an error inside its job head or agent) could not be had on demand."""
+
+    def __init__(self, answers: list[tuple[int, str, bool]]):
+        self.answers, self.jobs, self.posts = iter(answers), set(), 0
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path == "/api/version":
+                    return self._send(200, json.dumps({"ray_version": "2.60.0", "version": "4", "ray_commit": "x"}))
+                job_id = self.path.rstrip("/").rsplit("/", 1)[-1]
+                if job_id in api.jobs:
+                    return self._send(200, json.dumps({"status": "PENDING", "submission_id": job_id}))
+                self._send(404, "not found")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                api.posts += 1
+                status, text, goes_in = next(api.answers)
+                if goes_in:
+                    api.jobs.add(body["submission_id"])
+                self._send(status, text if status != 200 else json.dumps({"job_id": body["submission_id"],
+                                                                          "submission_id": body["submission_id"]}))
+
+            def _send(self, status: int, text: str):
+                body = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json" if status == 200 else "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def jobs_client(self, home) -> RayJobs:
+        return RayJobs(Settings(home=home, ray_dashboard_url=f"http://127.0.0.1:{self.server.server_port}",
+                                start_local_ray=False))
+
+
+NO_SPACE = _traceback("OSError: [Errno 28] No space left on device: '/tmp/ray/session/logs/job-driver.log'")
+TAKEN = _traceback("RuntimeError: Request failed with status code 400: Traceback (most recent call last):",
+                   "ValueError: Job with submission_id actsweep-s1 already exists. Please use a different submission_id.")
+
+
+def test_a_submission_that_went_in_but_whose_answer_was_a_500_is_not_lost(tmp_path):
+    """The job went in, yet the answer was an error; asked again, Ray says the id is taken: the job is
+    the sweep's, and submit returns its id (a second sweep driver is never started)."""
+    api = _JobApi([(500, NO_SPACE, True), (500, TAKEN, False)])
+    try:
+        assert api.jobs_client(tmp_path).submit("s1") == "actsweep-s1"
+        assert (api.posts, api.jobs) == (2, {"actsweep-s1"})
+    finally:
+        api.server.shutdown()
+
+
+def test_a_500_is_asked_again_and_a_lasting_one_names_the_servers_error(tmp_path, monkeypatch):
+    import service.control.jobs as jobs_module
+
+    api = _JobApi([(500, NO_SPACE, False), (500, "No available agent to submit job, please try again later.", False),
+                   (200, "", True)])
+    try:
+        assert api.jobs_client(tmp_path).submit("s2") == "actsweep-s2"  # the third try goes in
+        assert api.posts == 3
+    finally:
+        api.server.shutdown()
+
+    monkeypatch.setattr(jobs_module, "SERVER_ERROR_WAIT_S", 2.0)
+    api = _JobApi([(500, NO_SPACE, False)] * 10)
+    try:
+        with pytest.raises(RuntimeError) as refused:
+            api.jobs_client(tmp_path).submit("s3")
+        # the error at the traceback's end, not its first line ("Traceback (most recent call last):")
+        assert str(refused.value) == ("Request failed with status code 500: OSError: [Errno 28] No space left on "
+                                      "device: '/tmp/ray/session/logs/job-driver.log'")
+        assert 2 <= api.posts <= 4  # asked again for SERVER_ERROR_WAIT_S (2 s here), a second apart
+    finally:
+        api.server.shutdown()
+
+
+def test_a_refusal_is_not_asked_again(tmp_path):
+    api = _JobApi([(400, _traceback("ValueError: runtime_env: 'pip' is not a list"), False)] * 3)
+    try:
+        with pytest.raises(RuntimeError) as refused:
+            api.jobs_client(tmp_path).submit("s4")
+        assert str(refused.value).endswith("ValueError: runtime_env: 'pip' is not a list")
+        assert api.posts == 1
+    finally:
+        api.server.shutdown()
