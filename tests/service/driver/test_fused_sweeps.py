@@ -53,6 +53,8 @@ def test_packs_are_balanced_sorted_by_activation_and_formed_by_seed():
     assert [{m.seed for m in p.points} for p in packs(points, 6)] == [{0}, {1}, {2}]  # a seed a pack
 
 
+@pytest.mark.long("two 12-trial sweeps end to end, fused and one trial at a time, on the module's in-process Ray")
+@pytest.mark.timeout(200)  # 11 s alone; 20-78 s in full suites here (2 cores shared by two test processes and their Rays)
 def test_every_member_is_its_own_run_with_the_numbers_it_has_alone(settings):
     statistics = TuneStatistics()
     fused = run_sweep(load_spec("mnist_classification", quick=True,
