@@ -49,6 +49,11 @@ def pytest_configure(config):
     # and xdist's test processes, started after this, which read it back instead of measuring.
     config.bound_scale, config.bound_scale_says = session_bound_scale()
     os.environ[SCALE_VARIABLE] = str(config.bound_scale)
+    if not hasattr(config, "workerinput"):  # once, before xdist's test processes start: each of them starts
+        # Rays at once (heads, in-process), and Ray's ray.init writes a token of its own where none is yet
+        from service.control.jobs import ensure_ray_token
+
+        ensure_ray_token()
 
 
 _TIMES: dict[str, list[float]] = {}  # test → [its seconds so far (setup, call, teardown), its time bound]

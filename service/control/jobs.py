@@ -2,7 +2,9 @@
 outlives an API restart (Ray's job submission API, through the dashboard's HTTP address)."""
 from __future__ import annotations
 
+import fcntl
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -49,10 +51,14 @@ def ray_auth_headers() -> dict[str, str]:
     """Ray ≥ 2.59 protects local clusters with a token; send the one Ray itself would use
     (RAY_AUTH_TOKEN, else the file at RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token)."""
     token = os.environ.get("RAY_AUTH_TOKEN")
-    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token")).expanduser()
+    path = _token_path()
     if not token and path.is_file():
         token = path.read_text().strip()
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _token_path() -> Path:
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token")).expanduser()
 
 
 def ray_cli() -> str:
@@ -60,10 +66,23 @@ def ray_cli() -> str:
 
 
 def ensure_ray_token() -> None:
-    """Token auth needs a token before ``ray start``: make one (``ray get-auth-token --generate``,
-    into ~/.ray/auth_token) where there is none, as ``ray.init`` does for a local Ray."""
-    if not ray_auth_headers():
-        subprocess.run([ray_cli(), "get-auth-token", "--generate"], check=True, capture_output=True, timeout=120)
+    """Token auth needs a token before ``ray start``: make one where there is none, as ``ray.init``
+    does for a local Ray, in the file Ray reads. Under a lock, written whole (a new file renamed over
+    it) and never replaced: Ray's own (``ray get-auth-token --generate``) looks, then truncates and
+    writes, so processes starting heads at once on a new machine (the test suite's, two `serve`s)
+    could each write a token of their own, and a head's processes read different ones."""
+    if ray_auth_headers():
+        return
+    path = _token_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (released as the file closes)
+        if ray_auth_headers():  # made meanwhile, by the process that held the lock
+            return
+        fresh = path.with_name(f".{path.name}.{os.getpid()}")
+        with open(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write(secrets.token_hex(32))  # as Ray makes one: 256 random bits, in hex
+        os.replace(fresh, path)
 
 
 AGENT_WAIT_S = 60  # how long a submission waits for a just-started head's job agent
@@ -75,7 +94,9 @@ def ray_error_reason(exc: BaseException) -> str:
     """One line for an error from Ray's job API: its first line ("Request failed with status code
     500: Traceback (most recent call last):") with the exception that ends the server's traceback,
     the line that says what went wrong."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip(" .")]
+    text = str(exc).rstrip()
+    text = text[:-1] if text.endswith("..") or text.endswith("\n.") else text  # (the "." Ray's client appends)
+    lines = [line.strip() for line in text.splitlines() if line.strip(" .")]
     if not lines:
         return type(exc).__name__
     first, last = lines[0], lines[-1]
