@@ -6,7 +6,6 @@ import fcntl
 import os
 import secrets
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
