@@ -86,6 +86,7 @@ def ensure_ray_token() -> None:
 
 AGENT_WAIT_S = 60  # how long a submission waits for a just-started head's job agent
 SERVER_ERROR_WAIT_S = 15  # how long a submission asks again after any other error inside Ray's job API (HTTP 500)
+SUBMIT_EVERY_S = 1.0  # a submission's tries, this far apart
 STATUS_TRIES = 4  # a job's status is asked this often (0.25, 0.5, 1 s apart) before the cluster counts as away
 
 
@@ -218,7 +219,7 @@ class RayJobs:
                     return job_id  # an earlier try of this submission went in (or another replica's restart)
                 if time.monotonic() - started >= _patience_for(exc):
                     raise RuntimeError(ray_error_reason(exc)) from exc
-            time.sleep(1.0)
+            time.sleep(SUBMIT_EVERY_S)
 
     def node_resources(self) -> list[dict[str, float]]:
         """Each alive node's Ray resources (CPU, GPU, ...), from the dashboard's state API."""

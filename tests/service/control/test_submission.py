@@ -130,9 +130,10 @@ TAKEN = _traceback("RuntimeError: Request failed with status code 400: Traceback
                    "ValueError: Job with submission_id actsweep-s1 already exists. Please use a different submission_id.")
 
 
-def test_a_submission_that_went_in_but_whose_answer_was_a_500_is_not_lost(tmp_path):
+def test_a_submission_that_went_in_but_whose_answer_was_a_500_is_not_lost(tmp_path, monkeypatch):
     """The job went in, yet the answer was an error; asked again, Ray says the id is taken: the job is
     the sweep's, and submit returns its id (a second sweep driver is never started)."""
+    monkeypatch.setattr("service.control.jobs.SUBMIT_EVERY_S", 0.1)
     api = _JobApi([(500, NO_SPACE, True), (500, TAKEN, False)])
     try:
         assert api.jobs_client(tmp_path).submit("s1") == "actsweep-s1"
@@ -144,6 +145,7 @@ def test_a_submission_that_went_in_but_whose_answer_was_a_500_is_not_lost(tmp_pa
 def test_a_500_is_asked_again_and_a_lasting_one_names_the_servers_error(tmp_path, monkeypatch):
     import service.control.jobs as jobs_module
 
+    monkeypatch.setattr(jobs_module, "SUBMIT_EVERY_S", 0.1)
     api = _JobApi([(500, NO_SPACE, False), (500, "No available agent to submit job, please try again later.", False),
                    (200, "", True)])
     try:
@@ -152,7 +154,7 @@ def test_a_500_is_asked_again_and_a_lasting_one_names_the_servers_error(tmp_path
     finally:
         api.server.shutdown()
 
-    monkeypatch.setattr(jobs_module, "SERVER_ERROR_WAIT_S", 2.0)
+    monkeypatch.setattr(jobs_module, "SERVER_ERROR_WAIT_S", 0.5)
     api = _JobApi([(500, NO_SPACE, False)] * 10)
     try:
         with pytest.raises(RuntimeError) as refused:
@@ -160,7 +162,7 @@ def test_a_500_is_asked_again_and_a_lasting_one_names_the_servers_error(tmp_path
         # the error at the traceback's end, not its first line ("Traceback (most recent call last):")
         assert str(refused.value) == ("Request failed with status code 500: OSError: [Errno 28] No space left on "
                                       "device: '/tmp/ray/session/logs/job-driver.log'")
-        assert 2 <= api.posts <= 4  # asked again for SERVER_ERROR_WAIT_S (2 s here), a second apart
+        assert 2 <= api.posts <= 7  # asked again for SERVER_ERROR_WAIT_S, SUBMIT_EVERY_S apart (0.5 s, 0.1 s here)
     finally:
         api.server.shutdown()
 
