@@ -50,7 +50,8 @@ def pytest_configure(config):
     config.bound_scale, config.bound_scale_says = session_bound_scale()
     os.environ[SCALE_VARIABLE] = str(config.bound_scale)
     if not hasattr(config, "workerinput"):  # once, before xdist's test processes start: each of them starts
-        # Rays at once (heads, in-process), and Ray's ray.init writes a token of its own where none is yet
+        # Rays at once (heads, in-process), and Ray's ray.init writes a token of its own where none is yet;
+        # the tests' heads (`ray start`: ray_head, the cluster faults') and their drivers authenticate with it
         from service.control.jobs import ensure_ray_token
 
         ensure_ray_token()

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.control.jobs import dashboard_answers, ensure_ray_token, ray_auth_headers, ray_error_reason
+from service.control.jobs import dashboard_answers, ray_auth_headers, ray_error_reason
 from service.control.local_head import HEAD_SYSTEM_CONFIG
 from service.local_servers import ApiServer, RayNode, free_port
 from service.patience import poll
@@ -29,7 +29,6 @@ def ray_head():
     is started again on new ports, up to three times. So is a head that answers but does not run a
     no-op job (one answered every submission of a CI run with HTTP 500 from its job API): with a
     warning that carries its logs' ends."""
-    ensure_ray_token()  # a new machine has none, and a token-auth head will not start without one
     exits = []
     for _ in range(3):
         port, dashboard = free_port(), free_port()

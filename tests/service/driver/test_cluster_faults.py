@@ -15,7 +15,6 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from search_spaces import load_spec
-from service.control.jobs import ensure_ray_token
 from service.driver.sweeps import run_sweep
 from service.local_servers import RayNode, free_port
 from service.settings import Settings
@@ -35,7 +34,6 @@ SWEEP = {"dataset": "digits", "val_size": 200, "epochs": EPOCHS, "batch_size": 1
 
 @pytest.fixture
 def cluster():
-    ensure_ray_token()  # the nodes and this test's driver authenticate with it (RAY_AUTH_MODE: tests/conftest.py)
     port = free_port()
     address = f"127.0.0.1:{port}"
     nodes = [RayNode.head(port, 0, "--include-dashboard", "false")]
