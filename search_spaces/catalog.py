@@ -51,19 +51,20 @@ def spec_path(name_or_path: str) -> Path:
 _top_level_commas = re.compile(r",(?![^()]*\))")  # a comma not inside (...)
 
 
-def parse_set_options(options: list[str]) -> dict[str, Any]:
+def parse_set_options(options: list[str], flag: str = "--set") -> dict[str, Any]:
     """``["epochs=3", "lr=0.001,0.0001"]`` → ``{"epochs": 3, "lr": [0.001, 0.0001]}``.
 
     Values are read as YAML scalars; a comma list becomes a list (it replaces a grid axis), and so
     does a YAML flow list as a user would type it (``activation=[gelu,relu]``). Commas inside
     parentheses stay: ``activation=relu,gelu(sigma=0.5, mu=0)`` is two activations. A value that
-    is not YAML is a SpecError naming the field, never a parser's traceback.
+    is not YAML is a SpecError naming the field, never a parser's traceback; an option without
+    ``=`` is one naming ``flag``, the command-line option it came from.
     """
     overrides: dict[str, Any] = {}
     for option in options:
         name, sep, text = option.partition("=")
         if not sep or not name.strip():
-            raise SpecError(f"--set: expected NAME=VALUE (got {option!r})")
+            raise SpecError(f"{flag}: expected {'AXIS=VALUES' if flag == '--slice' else 'NAME=VALUE'} (got {option!r})")
         overrides[name.strip()] = _value(name.strip(), text)
     return overrides
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
+import logging
 import os
 import sys
 import threading
@@ -83,7 +84,7 @@ def _activation_entry(text: str):
 def _spec_of(args):
     """The spec a ``run`` or ``plan`` command names, with its --set, --slice and seed options."""
     overrides = parse_set_options(args.set or [])
-    for axis, values in parse_set_options(args.slice or []).items():
+    for axis, values in parse_set_options(args.slice or [], flag="--slice").items():
         overrides[f"slice.{axis}"] = values if isinstance(values, list) else [values]
     if args.rerun:
         overrides["execution.rerun"] = True
@@ -458,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _command(args) -> int:
+    # A new MLflow store announces its tables ("Creating initial MLflow database tables...") at INFO
+    # on stderr, between the command's own lines.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     if args.command in ("report", "export"):
         from service.runs.store import configure_mlflow_client
 

@@ -115,6 +115,7 @@ def _connect(settings: Settings, connection: Future) -> None:
             context = ray.init(address=address, log_to_driver=False)
         else:  # "local": a new Ray, even where another one runs on this machine
             preload = {"_system_config": {"preload_python_modules": list(PRELOADED)}} if settings.preload_workers else {}
+            logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_AUTH_ON_BY_DEFAULT)
             context = ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=settings.dashboard,
                                log_to_driver=False, **preload)
     except BaseException as exc:  # (handed to the thread that waits: it raises it)
@@ -151,6 +152,18 @@ class _NotFromMainThread(logging.Filter):
 
 
 _NOT_FROM_MAIN_THREAD = _NotFromMainThread()
+
+
+class _AuthOnByDefault(logging.Filter):
+    """A new local Ray turns token authentication on, as actsweep wants it, and says so with advice
+    to opt out (``RAY_AUTH_MODE=disabled``): the first line of every run, addressed to Ray's users.
+    Its warning that a cluster runs *without* a token still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+_AUTH_ON_BY_DEFAULT = _AuthOnByDefault()
 
 
 def _dashboard_url(context) -> str | None:

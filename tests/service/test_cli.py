@@ -295,6 +295,13 @@ def test_unknown_sweep_exits_2(actsweep_env, capsys):
     assert "no sweep '0000deadbeef'" in capsys.readouterr().err
 
 
+def test_a_new_home_answers_in_one_line_without_mlflows_own(actsweep_env, tmp_path):
+    """A home with no MLflow store yet: the command makes one, and says nothing of its tables."""
+    done = _run({**actsweep_env, "ACTSWEEP_HOME": str(tmp_path / "new")}, "report", "0000deadbeef", timeout=120)
+    assert done.returncode == 2 and (tmp_path / "new" / "mlflow.db").exists(), done.stderr
+    assert done.stderr.strip().splitlines() == ["actsweep: error: sweep_id: no sweep '0000deadbeef' in the MLflow store"]
+
+
 def test_an_mlflow_store_that_does_not_answer_is_exit_3_naming_it_not_an_empty_report(actsweep_env, capsys,
                                                                                     monkeypatch):
     from service.local_servers import free_port
@@ -391,7 +398,9 @@ def test_plan_prints_every_part_of_the_plan_without_training(actsweep_env, capsy
 
 @pytest.mark.parametrize("args, field", [(["--set", "execution.mode=fast"], "execution.mode"),
                                          (["--set", "execution.gpus_per_trial=lots"], "execution.gpus_per_trial"),
-                                         (["--slice", "seed=9"], "slice.seed")])
+                                         (["--slice", "seed=9"], "slice.seed"),
+                                         (["--slice", "seed"], "--slice: expected AXIS=VALUES"),
+                                         (["--set", "epochs"], "--set: expected NAME=VALUE")])
 def test_plan_exits_2_with_one_line_on_bad_input(actsweep_env, capsys, args, field):
     assert main(["plan", "mnist_classification", "--quick", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -3,11 +3,12 @@ shutdown, SIGTERM still exits through SystemExit, and a dead address fails namin
 Each case in its own Python process: they start (or fail to join) a Ray of their own."""
 from __future__ import annotations
 
-import pytest
-
+import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from service.ports import free_port
 
@@ -20,9 +21,9 @@ START = """
 """
 
 
-def _python(code: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def _python(code: str, *args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(START) + textwrap.dedent(code), *args], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
 
 
 @pytest.mark.slow  # starts a Ray twice (16 s): make test only
@@ -33,6 +34,7 @@ def test_a_ray_started_in_the_background_outlives_its_start_and_exits_on_sigterm
         first = start_ray(settings)
         assert first is start_ray(settings)  # one Ray per process
         connect_ray(settings)
+        print("auth mode", os.environ.get("RAY_AUTH_MODE"))  # (what the new Ray and its processes run with)
         time.sleep(3)
 
         @ray.remote(num_cpus=1)
@@ -51,12 +53,14 @@ def test_a_ray_started_in_the_background_outlives_its_start_and_exits_on_sigterm
             time.sleep(30)
         except SystemExit as exc:
             print("exited", exc.code)
-    """, str(tmp_path))
+    """, str(tmp_path), env={k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"})  # (as a user's shell)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "answered 42" in done.stdout
     assert "again 42" in done.stdout
     assert "exited 15" in done.stdout
     assert "SIGTERM handler is not set" not in done.stderr
+    # the Ray is started with token authentication, without Ray's advice to opt out of it on stderr
+    assert "auth mode token" in done.stdout and "Token authentication is enabled" not in done.stderr, done.stderr[-3000:]
 
 
 def test_a_dead_address_fails_through_the_future_naming_it(tmp_path):
