@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from search_spaces import SpecError, catalog, load_spec, parse_set_options
 from service.reporting import FORMATS
@@ -32,14 +32,22 @@ def cmd_experiments(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    table = Table("name", "paper", "section", "dataset", "grid", "trials", "--quick")
+    table = Table("paper", "section", "dataset", "grid", "trials", "--quick")
+    # the name is what a user types: whole on one line however narrow the terminal
+    table.columns.insert(0, Column("name", no_wrap=True, min_width=max(len(row["name"]) for row in rows)))
     for row in rows:
         grid = row["grid"]
         table.add_row(row["name"], row["paper"], row["section"], row["dataset"],
                       f"{len(grid['activation'])} act × {len(grid['lr'])} lr × {len(grid['dropout'])} dropout "
                       f"× {grid['seeds']} seeds", str(row["trials"]), str(row["quick_trials"]))
-    Console().print(table)
+    _listing_console().print(table)
     return 0
+
+
+def _listing_console() -> Console:
+    """A terminal's width on a terminal; in a pipe or a file, each row on one line (rich would wrap
+    at 80 columns)."""
+    return Console() if sys.stdout.isatty() else Console(width=400)
 
 
 def cmd_activations(args) -> int:
@@ -67,7 +75,7 @@ def cmd_activations(args) -> int:
         learnable = ", ".join(row["learnable"]) + (" (per unit)" if row["per_unit"] else "")
         table.add_row(row["name"], row["kind"], ", ".join(f"{k}={v:g}" for k, v in row["parameters"].items()),
                       learnable, row["about"])
-    Console().print(table)
+    _listing_console().print(table)
     print("Also: an expression, {expr: \"x * sigmoid(1.702 * x)\", name: gelu_sigmoid}, of x, numbers, + - * / **, "
           "comparisons and sigmoid tanh erf exp log1p softplus abs relu Phi where.")
     return 0

@@ -319,6 +319,15 @@ def test_experiments_json_lists_the_catalog(actsweep_env):
     assert rows == {r["name"]: r for r in catalog()}  # the catalog as it is, every field
 
 
+def test_the_catalog_and_the_activations_print_a_whole_row_per_line_into_a_pipe(actsweep_env):
+    listed = _run(actsweep_env, "experiments").stdout.splitlines()
+    for row in catalog():  # (rich wraps at 80 columns where it sees no terminal)
+        line = next((line for line in listed if f"│ {row['name']} " in line), "")
+        assert row["section"] in line and f"│ {row['trials']} " in line, (row["name"], listed[:8])
+    listed = _run(actsweep_env, "activations").stdout
+    assert "│ gelu      │ built-in │ mu=0, sigma=1 " in listed and "(GELU paper §2)" in listed, listed[:2000]
+
+
 # A clear claim (relu against an activation that zeroes everything) and a null one (relu against the
 # same function written as an expression: the same trials, differences 0), on the real digits.
 UNTIL_DECIDED_SPEC = """
