@@ -240,7 +240,7 @@ def cmd_report(args) -> int:
         results = sweep_results(settings.resolved_tracking_uri, args.sweep_id)
         name = args.sweep_id
     else:
-        raise SpecError("report: give a SWEEP_ID, or --from-export FILE ...")
+        return _list_sweeps(settings.resolved_tracking_uri)
     figures = None
     if args.format == "html" or args.out:
         from service.reporting.figures import render_figures, stored_figures
@@ -260,6 +260,30 @@ def cmd_report(args) -> int:
                 print(out / f"{name}_{figure}")
     else:
         print(text)
+    return 0
+
+
+NEWEST_SWEEPS = 15  # listed by `actsweep report` without a sweep id
+
+
+def _list_sweeps(tracking_uri: str) -> int:
+    """`actsweep report` without a sweep: the newest sweeps in the store, for their ids."""
+    from datetime import datetime
+
+    from service.runs.store import RunStore
+
+    sweeps = RunStore(tracking_uri).newest_sweeps(NEWEST_SWEEPS)
+    if not sweeps:
+        raise SpecError(f"report: no sweep in the MLflow store at {tracking_uri} yet; run one (actsweep run), "
+                        "or give --from-export FILE ...")
+    table = Table("sweep id", "experiment", "name", "started", "state", title=f"The newest sweeps in {tracking_uri}")
+    for sweep in sweeps:
+        started = datetime.fromtimestamp(sweep["start_time"] / 1000).strftime("%Y-%m-%d %H:%M") if sweep["start_time"] else ""
+        named = "" if sweep["name"] == f"{sweep['experiment']}-{sweep['sweep_id']}" else sweep["name"]  # (not the default)
+        table.add_row(sweep["sweep_id"], sweep["experiment"] + (" (quick)" if sweep["quick"] else ""), named, started,
+                      sweep["state"].lower())
+    _listing_console().print(table)
+    print("actsweep report SWEEP_ID prints one sweep's tables")
     return 0
 
 
@@ -419,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.set_defaults(handler=cmd_plan, rerun=False, until_decided=False, max_seeds=None, seeds_per_round=None)
 
     report = commands.add_parser("report", help="print the tables of a finished sweep")
-    report.add_argument("sweep_id", nargs="?", help="a sweep in the MLflow store (or use --from-export)")
+    report.add_argument("sweep_id", nargs="?", help="a sweep in the MLflow store (or use --from-export); without one, the newest sweeps are listed")
     report.add_argument("--from-export", nargs="+", metavar="FILE",
                         help="build the report from exported sweeps (actsweep export): slices of one grid, or "
                              "sweeps whose trials train alike, read under --spec")

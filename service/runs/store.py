@@ -314,6 +314,16 @@ class RunStore:
         return SweepRun(run.info.run_id, run.info.experiment_id, Provenance.of(run.data.tags), run.info.start_time,
                         run.info.end_time)
 
+    def newest_sweeps(self, limit: int) -> list[dict]:
+        """The ``limit`` sweeps started last, newest first: id, experiment, name, quick, state (the
+        parent run's MLflow status) and start (ms since the epoch)."""
+        experiment_ids = [e.experiment_id for e in self.client.search_experiments(view_type=ViewType.ALL)]
+        runs = self.client.search_runs(experiment_ids, f"tags.{ROLE} = 'sweep'", max_results=limit,
+                                       order_by=["attributes.start_time DESC"]) if experiment_ids else []
+        return [{"sweep_id": run.data.tags.get(SWEEP_ID, ""), "experiment": run.data.tags.get(EXPERIMENT, ""),
+                 "name": run.info.run_name, "quick": run.data.tags.get("quick") == "true", "state": run.info.status,
+                 "start_time": run.info.start_time} for run in runs]
+
     def spec(self, run_id: str) -> dict:
         """The resolved spec a sweep ran, as logged with its parent run."""
         with tempfile.TemporaryDirectory() as folder:

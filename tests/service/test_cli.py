@@ -149,6 +149,17 @@ def test_report_reads_the_same_numbers_back(e2e):
 
 
 @_e2e_bound
+def test_report_without_a_sweep_lists_the_newest_with_their_ids(e2e, tmp_path):
+    env, output, _ = e2e
+    listed = _run(env, "report")
+    line = next((line for line in listed.stdout.splitlines() if output["sweep_id"] in line), "")
+    assert listed.returncode == 0 and "mnist_classification (quick)" in line and "finished" in line, listed.stdout
+    empty = _run({**env, "ACTSWEEP_HOME": str(tmp_path / "new")}, "report")
+    lines = empty.stderr.strip().splitlines()
+    assert empty.returncode == 2 and len(lines) == 1 and "no sweep in the MLflow store" in lines[0], empty.stderr
+
+
+@_e2e_bound
 def test_html_report_is_written_with_the_logged_figures(e2e, tmp_path):
     env, output, _ = e2e
     written = _run(env, "report", output["sweep_id"], "--format", "html", "--out", str(tmp_path))

@@ -3,6 +3,8 @@ default), a folder (MLflow's file store, in maintenance mode in MLflow 3: allowe
 MLFLOW_ALLOW_FILE_STORE), and a real ``mlflow server`` over HTTP with served artifacts."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from service.local_servers import mlflow_server
@@ -76,6 +78,20 @@ def test_a_sweep_and_its_trials_round_trip(runs, monkeypatch):
     assert runs.end_open_runs("c1") == 2  # the running trial and the sweep's parent run
     assert set(runs.trial_runs("c1")["status"]) == {"FINISHED", "KILLED"}
     assert runs.client.get_run(parent).info.status == "KILLED"
+
+
+def test_the_newest_sweeps_are_listed_newest_first_without_their_trials(runs):
+    runs, root = runs
+    exp, older = _sweep(runs, root, "n1")
+    _trial(runs, exp, older, "n1", GridPoint("gelu", 0.01, 0.5, 0), "kn1")
+    time.sleep(0.01)  # (start times are in ms)
+    _, newer = _sweep(runs, root, "n2")
+    runs.end_run(newer, "FINISHED")
+    listed = runs.newest_sweeps(2)
+    assert [(s["sweep_id"], s["experiment"], s["quick"], s["state"]) for s in listed] == [
+        ("n2", "contract", True, "FINISHED"), ("n1", "contract", True, "RUNNING")]
+    assert listed[0]["name"] == "contract-n2" and listed[0]["start_time"] >= listed[1]["start_time"]
+    assert [s["sweep_id"] for s in runs.newest_sweeps(1)] == ["n2"]
 
 
 def test_a_finished_trial_is_found_by_its_key_and_copied_whole(runs):
