@@ -51,7 +51,7 @@ def protocol_line(results: SweepResults) -> str:
     seeds = sorted(set(results.table["n_seeds"].tolist())) or [0]
     at_best = (" at each trial's epoch of lowest validation error (its best epoch), where the reported number is "
                "also taken" if results.select_lr_by.endswith("_at_best_val") else "")
-    return (f"Median over {'/'.join(map(str, seeds))} seeds per (activation, dropout, lr); a seed whose loss became "
+    return (f"Median over {'/'.join(map(str, seeds))} {'seed' if seeds == [1] else 'seeds'} per (activation, dropout, lr); a seed whose loss became "
             f"NaN or inf (diverged) is left out, and a configuration where most seeds diverged is never chosen. "
             f"The lr is chosen per (activation, dropout) by the lowest median {results.select_lr_by}{at_best} "
             f"(validation data, never test). Errors in %, losses are mean cross-entropy (nats), or mean squared "
