@@ -1,6 +1,7 @@
 """Finding, overriding and validating specs."""
 from __future__ import annotations
 
+import difflib
 import re
 
 from pathlib import Path
@@ -116,7 +117,9 @@ def field_errors(error: ValidationError, model: type[BaseModel] = SweepSpec) -> 
     for item in error.errors():
         field = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in item["loc"]).replace(".[", "[")
         if item["type"] == "extra_forbidden":
-            msg = f"unknown field; accepted: {', '.join(_fields_at(model, item['loc']))}"
+            accepted = _fields_at(model, item["loc"])
+            close = difflib.get_close_matches(str(item["loc"][-1]), accepted, n=1, cutoff=0.8)
+            msg = f"unknown field{f' (did you mean {close[0]}?)' if close else ''}; accepted: {', '.join(accepted)}"
         elif item["type"] == "missing":
             msg = "required field is missing"
         else:

@@ -46,8 +46,9 @@ def test_overrides_replace_axes_and_reach_nested_fields():
     ({"activation": ["gelu", "mish"]}, r"activation: unknown 'mish'; accepted: relu, gelu, .*soi"),
     ({"lr": -0.1}, r"lr\[0\]: Input should be greater than 0"),
     ({"dropout": 1.0}, r"dropout: .*\[0, 1\)"),
-    ({"epochz": 3}, r"epochz: unknown field; accepted: .*epochs"),
-    ({"model.depht": 3}, r"model.depht: unknown field; accepted: kind, depth, width, init"),
+    ({"epochz": 3}, r"epochz: unknown field \(did you mean epochs\?\); accepted: .*epochs"),
+    ({"model.depht": 3}, r"model.depht: unknown field \(did you mean depth\?\); accepted: kind, depth, width, init"),
+    ({"colour": 3}, r"colour: unknown field; accepted: name, "),  # (nothing close: no guess)
     ({"dataset": "svhn"}, r"dataset: Input should be 'mnist', 'fashion_mnist', 'digits', 'cifar10'"),
     ({"seeds": 0}, r"seeds"),
     ({"execution.pack_size": "big"}, r"execution.pack_size: accepted: an integer from 1 to 256, or auto \(got 'big'\)$"),
