@@ -1,7 +1,6 @@
 """Finding, overriding and validating specs."""
 from __future__ import annotations
 
-import difflib
 import re
 
 from pathlib import Path
@@ -11,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from search_spaces.schema import SweepSpec
+from workers.registry import did_you_mean
 
 SPEC_DIR = Path(__file__).parent
 # libyaml's parser where PyYAML has it, for spec files: the same data, 10x faster than the pure-Python
@@ -44,7 +44,7 @@ def spec_path(name_or_path: str) -> Path:
         return candidate
     path = SPEC_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
-        raise SpecError(f"experiment: unknown {name_or_path!r}; accepted: "
+        raise SpecError(f"experiment: unknown {name_or_path!r}{did_you_mean(name_or_path, experiment_names())}; accepted: "
                         f"{', '.join(experiment_names())}, or a path to a .yaml spec")
     return path
 
@@ -118,10 +118,12 @@ def field_errors(error: ValidationError, model: type[BaseModel] = SweepSpec) -> 
         field = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in item["loc"]).replace(".[", "[")
         if item["type"] == "extra_forbidden":
             accepted = _fields_at(model, item["loc"])
-            close = difflib.get_close_matches(str(item["loc"][-1]), accepted, n=1, cutoff=0.8)
-            msg = f"unknown field{f' (did you mean {close[0]}?)' if close else ''}; accepted: {', '.join(accepted)}"
+            msg = f"unknown field{did_you_mean(item['loc'][-1], accepted)}; accepted: {', '.join(accepted)}"
         elif item["type"] == "missing":
             msg = "required field is missing"
+        elif item["type"] == "literal_error" and isinstance(item.get("input"), str):  # one of a list of names
+            names = re.findall(r"'([^']*)'", item["ctx"]["expected"])
+            msg = f"{item['msg']} (got {_short(item['input'])}){did_you_mean(item['input'], names)}"
         else:
             msg = f"{item['msg'].removeprefix('Value error, ')} (got {_short(item.get('input'))})"
         found.append({"loc": tuple(item["loc"]), "field": field, "msg": msg})
@@ -180,7 +182,8 @@ def spec_from_mapping(raw: dict, origin: str, quick: bool = False, overrides: di
 def load_catalog_spec(name: str, quick: bool = False, overrides: dict[str, Any] | None = None) -> SweepSpec:
     """A catalog experiment by name, never a file: what a remote caller may name."""
     if name not in experiment_names():
-        raise SpecError(f"experiment: unknown {name[:100]!r}; accepted: {', '.join(experiment_names())} "
+        raise SpecError(f"experiment: unknown {name[:100]!r}{did_you_mean(name[:100], experiment_names())}; "
+                        f"accepted: {', '.join(experiment_names())} "
                         f"(a spec of your own goes in `spec`, as a mapping or YAML text)")
     return load_spec(name, quick, overrides)
 

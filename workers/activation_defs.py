@@ -23,6 +23,8 @@ from importlib.metadata import entry_points
 from itertools import product
 from typing import Any
 
+from workers.registry import did_you_mean
+
 
 @dataclass(frozen=True)
 class Family:
@@ -154,7 +156,8 @@ def build_def(name: str, values: dict[str, Any], where: str = "") -> ActivationD
     """One family with scalar parameter values (and ``learnable``, ``per_unit``) checked."""
     family = _family(name)
     if family is None:
-        raise ActivationError(f"activation: unknown {name!r}; accepted: {', '.join(accepted_names())}, "
+        raise ActivationError(f"activation: unknown {name!r}{did_you_mean(name, accepted_names())}; "
+                              f"accepted: {', '.join(accepted_names())}, "
                               f"or an expression {{expr: ..., name: ...}}")
     values = dict(values)
     learnable = values.pop("learnable", None)

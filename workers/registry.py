@@ -7,8 +7,17 @@ schema that validates against them) load without torch. Adding a dataset or a mo
 """
 from __future__ import annotations
 
+import difflib
 import importlib
+from collections.abc import Iterable
 from typing import Any, Callable
+
+
+def did_you_mean(name: str, accepted: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for the accepted name closest to ``name`` (difflib's ratio ≥ 0.8), or
+    ``""`` where none is that close: a typo's likely fix beside every list of what is accepted."""
+    close = difflib.get_close_matches(str(name), list(accepted), n=1, cutoff=0.8)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 class Registry:
@@ -26,7 +35,8 @@ class Registry:
         return name in self._entries
 
     def unknown(self, name: str) -> ValueError:
-        return ValueError(f"{self.field}: unknown {name!r}; accepted: {', '.join(self._entries)}")
+        return ValueError(f"{self.field}: unknown {name!r}{did_you_mean(name, self._entries)}; "
+                          f"accepted: {', '.join(self._entries)}")
 
     def get(self, name: str) -> Callable[..., Any]:
         """The builder registered as ``name`` (imported now if it was not yet)."""

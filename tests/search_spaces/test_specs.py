@@ -49,6 +49,8 @@ def test_overrides_replace_axes_and_reach_nested_fields():
     ({"epochz": 3}, r"epochz: unknown field \(did you mean epochs\?\); accepted: .*epochs"),
     ({"model.depht": 3}, r"model.depht: unknown field \(did you mean depth\?\); accepted: kind, depth, width, init"),
     ({"colour": 3}, r"colour: unknown field; accepted: name, "),  # (nothing close: no guess)
+    ({"dataset": "fashionmnist"}, r"dataset: Input should be 'mnist', .* \(got 'fashionmnist'\) \(did you mean fashion_mnist\?\)$"),
+    ({"activation": ["gelu_tan"]}, r"activation: unknown 'gelu_tan' \(did you mean gelu_tanh\?\); accepted: relu, "),
     ({"dataset": "svhn"}, r"dataset: Input should be 'mnist', 'fashion_mnist', 'digits', 'cifar10'"),
     ({"seeds": 0}, r"seeds"),
     ({"execution.pack_size": "big"}, r"execution.pack_size: accepted: an integer from 1 to 256, or auto \(got 'big'\)$"),
@@ -66,7 +68,8 @@ def test_bad_values_name_the_field_and_what_is_accepted(overrides, message):
 
 
 def test_unknown_experiment_lists_the_catalog():
-    with pytest.raises(SpecError, match="experiment: unknown .mnist_classificaton.; accepted: .*mnist_classification, mnist_robustness"):
+    with pytest.raises(SpecError, match="experiment: unknown .mnist_classificaton. \\(did you mean mnist_classification\\?\\); "
+                                        "accepted: .*mnist_classification, mnist_robustness"):
         load_spec("mnist_classificaton")
 
 
