@@ -66,6 +66,7 @@ class Cluster:
     nodes: tuple[Node, ...]
     gpu_bytes: float | None = None
     free_bytes: float = 0.0
+    grows: bool = False  # nodes may join later (a cluster the user named: an autoscaler's); not a Ray started here
 
     @property
     def cpus(self) -> float:
@@ -121,8 +122,9 @@ class ExecutionPlan:
             what = f"{len(self.units)} trials, one per process"
         gpu = f", {self.gpus_per_trial:g} GPU each" if self.gpus_per_trial else ""
         graphs = ", CUDA graphs" if self.cuda_graphs else ""
+        waits = "; no node holds one yet: they wait for one to join" if "placement" in self.why else ""
         return (f"Plan: {what} on {self.device}{gpu}{graphs}, {self.slots} at once, about "
-                f"{self.unit_bytes / GIB:.2f} GiB each; {self.trial_epochs} trial-epochs ({self.devices})")
+                f"{self.unit_bytes / GIB:.2f} GiB each; {self.trial_epochs} trial-epochs ({self.devices}){waits}")
 
     def as_dict(self) -> dict:
         return {**asdict(self), "summary": self.summary()}
@@ -251,6 +253,11 @@ def resolve_plan(spec: SweepSpec, cluster: Cluster, points: list[GridPoint] | No
             gpu_share = 0.0
             unit_bytes = trial_bytes() if trial_bytes else 0.0
         slots = _slots(cluster, cpus_per_trial, gpu_share, execution.max_concurrent_trials)
+    unplaceable = _unplaceable(cluster, cpus_per_trial, gpu_share, "pack" if mode == "fused" else "trial")
+    if unplaceable and not cluster.grows:  # (Tune would wait for such a node for ever)
+        raise PlanError(unplaceable)
+    if unplaceable:
+        why["placement"] = f"{unplaceable}; its trials wait until such a node joins"
     cuda_graphs = device == "cuda" and execution.cuda_graphs and mode == "fused"
     if device == "cuda":
         why["cuda_graphs"] = ("on: each pack's step captured once and replayed (workers/graphs.py)" if cuda_graphs
@@ -280,6 +287,22 @@ def _gpu_share(asked: float | str, wanted: int, unit_bytes: float, gpu_bytes: fl
                              f"{unit_bytes / GIB:.2f} GiB + {context_bytes / GIB:.2f} GiB of CUDA context each; "
                              f"CPUs: {by_cpus}; {unit}s: {wanted})")
     return share
+
+
+def _unplaceable(cluster: Cluster, cpus_per_trial: float, gpu_share: float, unit: str) -> str | None:
+    """Why no node of ``cluster`` can hold one pack or trial of this plan, naming the field; None
+    where one can."""
+    if any(n.cpus >= cpus_per_trial and n.gpus + 1e-9 >= gpu_share for n in cluster.nodes):
+        return None
+    if not any(n.gpus + 1e-9 >= gpu_share for n in cluster.nodes):
+        most = max((n.gpus for n in cluster.nodes), default=0.0)
+        return (f"execution.gpus_per_trial: each {unit} asks for {gpu_share:g} GPU, and no node of the cluster has "
+                f"{'any' if not most else f'more than {most:g}'} ({cluster.describe()}); set gpus_per_trial: "
+                f"{'0 to train on the CPUs' if not most else f'{most:g} or less'}, or auto")
+    most = max((n.cpus for n in cluster.nodes if n.gpus + 1e-9 >= gpu_share), default=0.0)
+    return (f"execution.cpus_per_trial: each {unit} asks for {cpus_per_trial:g} CPUs, and no node of the cluster "
+            f"{'with its GPUs ' if gpu_share else ''}has more than {most:g} ({cluster.describe()}); set cpus_per_trial: "
+            f"{most:g} or less")
 
 
 def _slots(cluster: Cluster, cpus_per_trial: float, gpu_share: float, max_concurrent: int | None) -> int:

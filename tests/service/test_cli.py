@@ -420,7 +420,8 @@ def test_plan_prints_every_part_of_the_plan_without_training(actsweep_env, capsy
                                          (["--set", "execution.gpus_per_trial=lots"], "execution.gpus_per_trial"),
                                          (["--slice", "seed=9"], "slice.seed"),
                                          (["--slice", "seed"], "--slice: expected AXIS=VALUES"),
-                                         (["--set", "epochs"], "--set: expected NAME=VALUE")])
+                                         (["--set", "epochs"], "--set: expected NAME=VALUE"),
+                                         (["--set", "execution.gpus_per_trial=64"], "execution.gpus_per_trial: each pack")])
 def test_plan_exits_2_with_one_line_on_bad_input(actsweep_env, capsys, args, field):
     assert main(["plan", "mnist_classification", "--quick", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
