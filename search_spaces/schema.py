@@ -477,12 +477,17 @@ class SweepSpec(StrictModel):
                              f"(levels named {', '.join(names)})")
         return value
 
-    @field_validator("seeds")
+    @field_validator("seeds", mode="before")
     @classmethod
-    def _distinct_seeds(cls, value):
-        if isinstance(value, list) and (len(set(value)) != len(value) or not all(0 <= v < 2**32 for v in value)):
-            raise ValueError("seeds: a positive count or a list of distinct integers in [0, 2^32)")
-        return value
+    def _seed_count_or_list(cls, value):  # (one message, not one per member of the union)
+        whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+        if whole(value) and 1 <= value <= 1000:
+            return value
+        if (isinstance(value, list) and 1 <= len(value) <= 1000 and all(whole(v) and 0 <= v < 2**32 for v in value)
+                and len(set(value)) == len(value)):
+            return value
+        raise ValueError("accepted: a count from 1 to 1000 (seeds 0, 1, …), or a list of 1 to 1000 distinct seeds "
+                         "in [0, 2^32)")
 
     @field_validator("slice")
     @classmethod

@@ -20,11 +20,11 @@ from search_spaces import SpecError, catalog, load_spec, parse_set_options
 from service.reporting import FORMATS
 from service.settings import get_settings
 from workers.activation_defs import ActivationError, parse_name
-from workers.data import DatasetNotFound
+from workers.data import DatasetNotFound, SplitError
 
 # Each command imports the MLflow, pandas and scipy side where it needs it (2.3 CPU-s): `--help`,
 # `stop`, `experiments` and the API's worker process (which imports this module again) go without.
-USER_ERRORS = (SpecError, DatasetNotFound, ActivationError)  # exit code 2 (and the MLflow side's in main)
+USER_ERRORS = (SpecError, DatasetNotFound, SplitError, ActivationError)  # exit code 2 (and the MLflow side's in main)
 
 
 def cmd_experiments(args) -> int:

@@ -49,6 +49,9 @@ def test_overrides_replace_axes_and_reach_nested_fields():
     ({"epochz": 3}, r"epochz: unknown field \(did you mean epochs\?\); accepted: .*epochs"),
     ({"model.depht": 3}, r"model.depht: unknown field \(did you mean depth\?\); accepted: kind, depth, width, init"),
     ({"colour": 3}, r"colour: unknown field; accepted: name, "),  # (nothing close: no guess)
+    ({"seeds": 0}, r"seeds: accepted: a count from 1 to 1000 \(seeds 0, 1, …\), or a list of 1 to 1000 distinct seeds "
+                   r"in \[0, 2\^32\) \(got 0\)$"),  # (one message for the union, no pydantic member tags)
+    ({"seeds": [3, 3]}, r"seeds: accepted: a count .* \(got \[3, 3\]\)$"),
     ({"dataset": "fashionmnist"}, r"dataset: Input should be 'mnist', .* \(got 'fashionmnist'\) \(did you mean fashion_mnist\?\)$"),
     ({"activation": ["gelu_tan"]}, r"activation: unknown 'gelu_tan' \(did you mean gelu_tanh\?\); accepted: relu, "),
     ({"dataset": "svhn"}, r"dataset: Input should be 'mnist', 'fashion_mnist', 'digits', 'cifar10'"),

@@ -421,7 +421,8 @@ def test_plan_prints_every_part_of_the_plan_without_training(actsweep_env, capsy
                                          (["--slice", "seed=9"], "slice.seed"),
                                          (["--slice", "seed"], "--slice: expected AXIS=VALUES"),
                                          (["--set", "epochs"], "--set: expected NAME=VALUE"),
-                                         (["--set", "execution.gpus_per_trial=64"], "execution.gpus_per_trial: each pack")])
+                                         (["--set", "execution.gpus_per_trial=64"], "execution.gpus_per_trial: each pack"),
+                                         (["--set", "val_size=60000"], "val_size: must be between 0 and 59999")])
 def test_plan_exits_2_with_one_line_on_bad_input(actsweep_env, capsys, args, field):
     assert main(["plan", "mnist_classification", "--quick", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -14,10 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from workers.data.decoded import cache_in
-from workers.data.splits import DatasetNotFound, Splits
+from workers.data.splits import DatasetNotFound, Splits, SplitError
 from workers.registry import DATASETS
 
-__all__ = ["DatasetNotFound", "Splits", "load_dataset"]
+__all__ = ["DatasetNotFound", "SplitError", "Splits", "load_dataset"]
 
 
 def load_dataset(name: str, data_dir: Path, download: bool, val_size: int,

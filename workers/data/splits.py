@@ -13,6 +13,11 @@ class DatasetNotFound(Exception):
     """The data is not in any place the loader knows; the message says how to provide it."""
 
 
+class SplitError(ValueError):
+    """A split the spec asks for that the dataset cannot give (a validation set as large as it);
+    the message names the field."""
+
+
 @dataclass
 class Splits:
     name: str
@@ -67,7 +72,7 @@ def hold_out(x: np.ndarray, y: np.ndarray, val_size: int, train_subset: int | No
     and the first ``train_subset`` of the rest as the training split."""
     order = np.random.default_rng(SPLIT_SEED).permutation(len(y))
     if not 0 <= val_size < len(y):
-        raise ValueError(f"val_size: must be between 0 and {len(y) - 1} for this dataset (got {val_size})")
+        raise SplitError(f"val_size: must be between 0 and {len(y) - 1} for this dataset (got {val_size})")
     val, train = order[:val_size], order[val_size:]
     if train_subset is not None:
         train = train[:train_subset]
