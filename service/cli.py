@@ -196,9 +196,15 @@ def cmd_run(args) -> int:
     if spec.until_decided:
         console.print(f"Seeds until decided: looks at {', '.join(map(str, spec.look_sizes()))} seeds, more seeds "
                       f"only for the configurations of open claims")
-    outcome = run_sweep(spec, settings, splits=splits, sweep_id=sweep_id, quick=args.quick, name=args.name,
-                        callbacks=(progress,), on_reused=progress.reused, on_round=progress.round,
-                        on_plan=partial(_print_plan, console, marks), figures_later=True)
+    try:
+        outcome = run_sweep(spec, settings, splits=splits, sweep_id=sweep_id, quick=args.quick, name=args.name,
+                            callbacks=(progress,), on_reused=progress.reused, on_round=progress.round,
+                            on_plan=partial(_print_plan, console, marks), figures_later=True)
+    except KeyboardInterrupt:  # Ctrl-C: Tune stopped the trials; the sweep's runs ended KILLED
+        progress.progress.stop()
+        print(f"actsweep: sweep {sweep_id} interrupted; the trials that finished are kept in the MLflow store, and "
+              f"the same command again trains only the rest (the trial cache)", file=sys.stderr)
+        return 130
     progress.progress.stop()  # Tune stops it, unless every trial came from the cache
 
     trained = time.time()

@@ -46,6 +46,17 @@ from workers.trial import KEY_FIELD, GridPoint, flatten, members, trial_key, tun
 logger = logging.getLogger("actsweep.sweeps")
 
 
+class _NotTunesResumeAdvice(logging.Filter):
+    """After Ctrl-C Tune advises ``Tuner.restore(...)``; a sweep resumes through actsweep (the same
+    command again: the trial cache), which says so itself (service.cli)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Resume experiment with: Tuner.restore" not in record.getMessage()
+
+
+logging.getLogger("ray.tune.tune").addFilter(_NotTunesResumeAdvice())
+
+
 @dataclass
 class SweepOutcome:
     sweep_id: str
@@ -115,7 +126,7 @@ class _Sweep:
             return self._count(tune.Tuner.restore(path, trainable, resume_errored=True).fit())
         placement = {"phase": phase, "seeds": spec.seed_list, "checkpoint_root": path,  # state.pt goes there
                      "memory_limit_bytes": trial_memory_limit(spec)}
-        search_alg, samples = None, 1
+        search_alg, samples, units = None, 1, [None]
         if search is not None:
             point, search_alg, samples = _lr_search(search)
             space = tune_config(spec.trial_base(), point, **placement)
@@ -147,16 +158,28 @@ class _Sweep:
         except (EOFError, OSError, pickle.UnpicklingError) as exc:  # (a result file cut short by a full disk)
             raise_if_storage_full(exc, settings.ray_results)
             raise
-        self._count(found)
+        self._count(found, expected=samples * len(units))
 
-    def _count(self, found) -> None:
-        """Grid points trained, and those whose trial failed (a pack counts its members)."""
+    def _count(self, found, expected: int | None = None) -> None:
+        """Grid points trained, and those whose trial failed (a pack counts its members). Raises
+        SweepInterrupted where Tune stopped mid-way: its own Ctrl-C handler ends ``fit`` normally,
+        with trials neither done nor failed, and fewer than the ``expected`` trials made."""
+        stopped = 0 if expected is None else max(0, expected - len(found))
         for result in found:
             n = len(members(result.config)) if result.config else 1  # (a trial killed before it reported has none)
-            self.trained += n
             if result.error is not None:
                 self.errors += n
                 self.first_error = self.first_error or failure_reason(result.error)
+            elif not (result.metrics or {}).get("done"):
+                stopped += n
+                continue
+            self.trained += n
+        if stopped:
+            raise SweepInterrupted(f"{stopped} trial(s) or member(s) stopped mid-way or never started")
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep, after Tune's own handler stopped its trials (their state saved)."""
 
 
 def raise_if_storage_full(exc: BaseException, storage: str) -> None:

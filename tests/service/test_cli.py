@@ -361,6 +361,41 @@ ranking_claims:
 """
 
 
+INTERRUPTED_SET = ["dataset=digits", "val_size=200", "epochs=100", "batch_size=64", "model.depth=2", "model.width=32",
+                   "activation=gelu,relu", "lr=0.01", "dropout=0", "seeds=2", "execution.mode=per_trial",
+                   "execution.max_concurrent_trials=1"]  # four trials of a few seconds each, one after another
+
+
+@pytest.mark.long("a CLI sweep stopped by Ctrl-C after its first trial, then the same command again")
+@pytest.mark.timeout(360)  # about 50 s alone
+def test_ctrl_c_ends_a_sweep_killed_with_exit_130_and_the_same_command_trains_only_the_rest(tmp_path):
+    import os
+    import signal
+
+    env = {**os.environ, "ACTSWEEP_HOME": str(new_home(tmp_path / "home")), "ACTSWEEP_NUM_CPUS": "2", "ACTSWEEP_DASHBOARD": "false"}
+    cli = ["run", "mnist_classification", "--quick", *[a for s in INTERRUPTED_SET for a in ("--set", s)]]
+    command = subprocess.Popen(actsweep_command(*cli), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in command.stderr:  # the live progress: a line per finished trial
+        seen.append(line)
+        if "[1/4] done" in line:
+            command.send_signal(signal.SIGINT)  # (Tune's own handler stops the trials, their state saved)
+            break
+    rest, stdout = command.stderr.read(), command.stdout.read()
+    assert command.wait(timeout=120) == 130, "".join(seen)[-2000:] + rest[-2000:]
+    sweep_id = re.search(r"sweep ([0-9a-f]{12}) interrupted", rest).group(1)
+    assert "Median over" not in stdout and "Tuner.restore" not in rest  # no empty tables, no advice that is Tune's
+    client = MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], f"tags.sweep_id = '{sweep_id}'")
+    status = {r.data.tags["role"]: set() for r in runs}
+    for r in runs:
+        status[r.data.tags["role"]].add(r.info.status)
+    assert status["sweep"] == {"KILLED"} and "FINISHED" in status["trial"], status
+    again = _run(env, *cli, timeout=180)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "reused" in again.stderr and "[4/4]" in again.stderr and "Median over 2 seeds" in again.stdout
+
+
 @pytest.mark.long("a sweep through the command line until its claims are decided, then its report in two formats")
 @pytest.mark.timeout(200)  # 48-77 s in a full suite
 def test_until_decided_stops_a_clear_claim_and_a_tie_at_the_first_look(tmp_path):
