@@ -118,7 +118,7 @@ def cmd_plan(args) -> int:
     if settings.ray_address:
         _check_ray_address(settings)
         connect_ray(settings)
-        cluster = observe_cluster(grows=True)
+        cluster = observe_cluster()
     else:
         cluster = observe_this_machine(settings.num_cpus)
     plan = plan_sweep(spec, splits, settings.cuda_context_mb * 2 ** 20, cluster=cluster)
@@ -135,7 +135,7 @@ def cmd_plan(args) -> int:
                        ("execution.cpus_per_trial", f"{plan.cpus_per_trial:g}")):
         table.add_row(key, str(value if value is not None else "–"), plan.why.get(key.split(".")[1], "set in the spec"
                       if key != "execution.pack_size" else "one trial per process"))
-    for key in ("gpu_memory", "cuda_graphs", "placement"):
+    for key in ("gpu_memory", "cuda_graphs"):
         if key in plan.why:
             table.add_row(key, "", plan.why[key])
     console.print(table)

@@ -66,7 +66,6 @@ class Cluster:
     nodes: tuple[Node, ...]
     gpu_bytes: float | None = None
     free_bytes: float = 0.0
-    grows: bool = False  # nodes may join later (a cluster the user named: an autoscaler's); not a Ray started here
 
     @property
     def cpus(self) -> float:
@@ -122,9 +121,8 @@ class ExecutionPlan:
             what = f"{len(self.units)} trials, one per process"
         gpu = f", {self.gpus_per_trial:g} GPU each" if self.gpus_per_trial else ""
         graphs = ", CUDA graphs" if self.cuda_graphs else ""
-        waits = "; no node holds one yet: they wait for one to join" if "placement" in self.why else ""
         return (f"Plan: {what} on {self.device}{gpu}{graphs}, {self.slots} at once, about "
-                f"{self.unit_bytes / GIB:.2f} GiB each; {self.trial_epochs} trial-epochs ({self.devices}){waits}")
+                f"{self.unit_bytes / GIB:.2f} GiB each; {self.trial_epochs} trial-epochs ({self.devices})")
 
     def as_dict(self) -> dict:
         return {**asdict(self), "summary": self.summary()}
@@ -254,10 +252,8 @@ def resolve_plan(spec: SweepSpec, cluster: Cluster, points: list[GridPoint] | No
             unit_bytes = trial_bytes() if trial_bytes else 0.0
         slots = _slots(cluster, cpus_per_trial, gpu_share, execution.max_concurrent_trials)
     unplaceable = _unplaceable(cluster, cpus_per_trial, gpu_share, "pack" if mode == "fused" else "trial")
-    if unplaceable and not cluster.grows:  # (Tune would wait for such a node for ever)
+    if unplaceable:  # (Tune would wait for such a node for ever; the API refuses it too: control.submission)
         raise PlanError(unplaceable)
-    if unplaceable:
-        why["placement"] = f"{unplaceable}; its trials wait until such a node joins"
     cuda_graphs = device == "cuda" and execution.cuda_graphs and mode == "fused"
     if device == "cuda":
         why["cuda_graphs"] = ("on: each pack's step captured once and replayed (workers/graphs.py)" if cuda_graphs

@@ -16,12 +16,10 @@ from workers.pack_memory import PackFootprint, measure_footprint
 from workers.trial import GridPoint
 
 
-def observe_cluster(local: bool = False, grows: bool = False) -> Cluster:
+def observe_cluster(local: bool = False) -> Cluster:
     """The connected Ray cluster's alive nodes, a GPU's memory where it has GPUs, and the memory
     free on this (the driver's) node. ``local``: the cluster is a Ray started on this machine, whose
-    GPUs nvidia-smi reports in milliseconds (a Ray task would start a worker and a CUDA context).
-    ``grows``: nodes may join it later (a cluster the user named, ACTSWEEP_RAY_ADDRESS: an
-    autoscaler's), so a plan no node holds yet waits rather than being refused."""
+    GPUs nvidia-smi reports in milliseconds (a Ray task would start a worker and a CUDA context)."""
     nodes = tuple(Node(cpus=n["Resources"].get("CPU", 0.0), gpus=n["Resources"].get("GPU", 0.0),
                        memory_bytes=n["Resources"].get("memory", 0.0)) for n in ray.nodes() if n.get("Alive"))
     gpu_bytes = None
@@ -30,7 +28,7 @@ def observe_cluster(local: bool = False, grows: bool = False) -> Cluster:
             gpu_bytes = (local_gpus()[1] if local else None) or gpu_memory()
         except Exception:  # (ray.exceptions.RayTaskError: a GPU resource declared where no CUDA device is seen)
             gpu_bytes = None
-    return Cluster(nodes, gpu_bytes, float(psutil.virtual_memory().available), grows=grows)
+    return Cluster(nodes, gpu_bytes, float(psutil.virtual_memory().available))
 
 
 def gpu_memory() -> int:
@@ -96,11 +94,11 @@ def local_gpus() -> tuple[int, float | None]:
 
 
 def plan_sweep(spec: SweepSpec, data: Splits, context_bytes: float, points: list[GridPoint] | None = None,
-               cluster: Cluster | None = None, local: bool = False, grows: bool = False) -> ExecutionPlan:
-    """The plan for ``spec`` on the connected Ray cluster (observed now unless given; ``local`` and
-    ``grows``: :func:`observe_cluster`'s), its pack footprint measured on ``data``
-    (workers.data.Splits) where the plan needs it."""
-    cluster = cluster or observe_cluster(local, grows)
+               cluster: Cluster | None = None, local: bool = False) -> ExecutionPlan:
+    """The plan for ``spec`` on the connected Ray cluster (observed now unless given; ``local``: a
+    Ray started on this machine), its pack footprint measured on ``data`` (workers.data.Splits)
+    where the plan needs it."""
+    cluster = cluster or observe_cluster(local)
     points = spec.grid_points() if points is None else points
     measured = []
 

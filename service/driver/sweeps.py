@@ -291,7 +291,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     store_ready = in_background(runs.experiment_id, mlflow_experiment_name(spec), settings.artifact_root)
     connect_ray(settings)
     plan = plan_sweep(spec, splits, settings.cuda_context_mb * 2 ** 20,
-                      local=not (settings.ray_address or os.environ.get("RAY_ADDRESS")), grows=bool(settings.ray_address))
+                      local=not (settings.ray_address or os.environ.get("RAY_ADDRESS")))
     spec = plan.resolved(spec)  # (from here on: no auto)
     if on_plan:
         on_plan(plan)
