@@ -24,7 +24,11 @@ from workers.data import DatasetNotFound, SplitError
 
 # Each command imports the MLflow, pandas and scipy side where it needs it (2.3 CPU-s): `--help`,
 # `stop`, `experiments` and the API's worker process (which imports this module again) go without.
-USER_ERRORS = (SpecError, DatasetNotFound, SplitError, ActivationError)  # exit code 2 (and the MLflow side's in main)
+class OutputPathError(ValueError):
+    """An --out that cannot be written: a file where a folder goes, a folder that does not exist."""
+
+
+USER_ERRORS = (SpecError, DatasetNotFound, SplitError, ActivationError, OutputPathError)  # exit code 2 (and the MLflow side's in main)
 
 
 def cmd_experiments(args) -> int:
@@ -50,6 +54,25 @@ def _listing_console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=400)
 
 
+def _output_folder(out: str) -> Path:
+    """``--out`` as a folder to write into, made where missing; OutputPathError where it cannot be."""
+    folder = Path(out)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = "a file, not a folder" if folder.exists() else exc.strerror.lower()
+        raise OutputPathError(f"--out: cannot write into {out} ({why})") from None
+    return folder
+
+
+def _output_file(out: str) -> Path:
+    """``--out`` as a file to write, in a folder that exists; OutputPathError where it cannot be."""
+    path = Path(out)
+    if not path.parent.is_dir() or path.is_dir():
+        raise OutputPathError(f"--out: cannot write {out} ({'a folder' if path.is_dir() else 'no folder ' + str(path.parent)})")
+    return path
+
+
 def cmd_activations(args) -> int:
     from workers.activation_defs import FAMILIES, expand_entry, plugin_families
 
@@ -61,7 +84,7 @@ def cmd_activations(args) -> int:
         names = [d.canonical for entry in args.plot for d in expand_entry(_activation_entry(entry), expressions)]
         for name in names:
             probe(parse_name(name, expressions))
-        Path(args.out).write_bytes(activation_figure(names, expressions))
+        _output_file(args.out).write_bytes(activation_figure(names, expressions))
         print(f"wrote {args.out}: f and f′ of {', '.join(names)} on [-4, 4]")
         return 0
     rows = [{"name": name, "kind": kind, "parameters": dict(family.params), "learnable": list(family.learnable),
@@ -255,8 +278,7 @@ def cmd_report(args) -> int:
             results, RunStore(settings.resolved_tracking_uri))
     text = render(results, args.format, figures, settings.resolved_mlflow_ui_url)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        out = _output_folder(args.out)
         path = out / f"{name}.{args.format}"
         path.write_text(text)
         print(path)
@@ -277,12 +299,14 @@ def _list_sweeps(tracking_uri: str) -> int:
     from datetime import datetime
 
     from service.runs.store import RunStore
+    from service.settings import mask_secrets
 
     sweeps = RunStore(tracking_uri).newest_sweeps(NEWEST_SWEEPS)
+    where = mask_secrets(tracking_uri)  # (an MLflow server's URL may hold a password)
     if not sweeps:
-        raise SpecError(f"report: no sweep in the MLflow store at {tracking_uri} yet; run one (actsweep run), "
+        raise SpecError(f"report: no sweep in the MLflow store at {where} yet; run one (actsweep run), "
                         "or give --from-export FILE ...")
-    table = Table("sweep id", "experiment", "name", "started", "state", title=f"The newest sweeps in {tracking_uri}")
+    table = Table("sweep id", "experiment", "name", "started", "state", title=f"The newest sweeps in {where}")
     for sweep in sweeps:
         started = datetime.fromtimestamp(sweep["start_time"] / 1000).strftime("%Y-%m-%d %H:%M") if sweep["start_time"] else ""
         named = "" if sweep["name"] == f"{sweep['experiment']}-{sweep['sweep_id']}" else sweep["name"]  # (not the default)
@@ -305,7 +329,7 @@ def cmd_export(args) -> int:
     from service.runs.exports import export_sweep
     from service.runs.store import RunStore
 
-    for path in export_sweep(RunStore(get_settings().resolved_tracking_uri), args.sweep_id, Path(args.out), args.format):
+    for path in export_sweep(RunStore(get_settings().resolved_tracking_uri), args.sweep_id, _output_folder(args.out), args.format):
         print(path)
     return 0
 

@@ -313,6 +313,19 @@ def test_a_new_home_answers_in_one_line_without_mlflows_own(actsweep_env, tmp_pa
     assert done.stderr.strip().splitlines() == ["actsweep: error: sweep_id: no sweep '0000deadbeef' in the MLflow store"]
 
 
+def test_an_out_that_cannot_be_written_is_one_line_and_exit_2(actsweep_env, capsys, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("kept")
+    for args, message in ((["activations", "--plot", "relu", "--out", str(tmp_path / "no" / "x.png")],
+                           f"cannot write {tmp_path / 'no' / 'x.png'} (no folder {tmp_path / 'no'})"),
+                          (["activations", "--plot", "relu", "--out", str(tmp_path)], "(a folder)"),
+                          (["export", "0000deadbeef", "--out", str(a_file)], "(a file, not a folder)")):
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("actsweep: error: --out: ") and message in err[0], err
+    assert a_file.read_text() == "kept"
+
+
 def test_an_mlflow_store_that_does_not_answer_is_exit_3_naming_it_not_an_empty_report(actsweep_env, capsys,
                                                                                     monkeypatch):
     from service.local_servers import free_port
