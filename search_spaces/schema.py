@@ -480,7 +480,7 @@ class SweepSpec(StrictModel):
     @field_validator("seeds", mode="before")
     @classmethod
     def _seed_count_or_list(cls, value):  # (one message, not one per member of the union)
-        whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+        whole = lambda v: not isinstance(v, bool) and (isinstance(v, int) or isinstance(v, float) and v.is_integer())  # noqa: E731
         if whole(value) and 1 <= value <= 1000:
             return value
         if (isinstance(value, list) and 1 <= len(value) <= 1000 and all(whole(v) and 0 <= v < 2**32 for v in value)
