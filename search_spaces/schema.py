@@ -480,10 +480,9 @@ class SweepSpec(StrictModel):
     @field_validator("seeds", mode="before")
     @classmethod
     def _seed_count_or_list(cls, value):  # (one message, not one per member of the union)
-        whole = lambda v: not isinstance(v, bool) and (isinstance(v, int) or isinstance(v, float) and v.is_integer())  # noqa: E731
-        if whole(value) and 1 <= value <= 1000:
+        if _whole(value) and 1 <= value <= 1000:
             return value
-        if (isinstance(value, list) and 1 <= len(value) <= 1000 and all(whole(v) and 0 <= v < 2**32 for v in value)
+        if (isinstance(value, list) and 1 <= len(value) <= 1000 and all(_whole(v) and 0 <= v < 2**32 for v in value)
                 and len(set(value)) == len(value)):
             return value
         raise ValueError("accepted: a count from 1 to 1000 (seeds 0, 1, …), or a list of 1 to 1000 distinct seeds "
@@ -606,3 +605,8 @@ class SweepSpec(StrictModel):
     def trial_config(self, point: GridPoint) -> TrialConfig:
         """The config one trial of the sweep trains with, at ``point`` (as its Tune trial reads it)."""
         return TrialConfig.from_config(members(tune_config(self.trial_base(), point))[0])
+
+
+def _whole(value) -> bool:
+    """An integer, or a float that is one (3.0, as a JSON client may send it); never a bool."""
+    return not isinstance(value, bool) and (isinstance(value, int) or isinstance(value, float) and value.is_integer())

@@ -68,8 +68,10 @@ def _output_folder(out: str) -> Path:
 def _output_file(out: str) -> Path:
     """``--out`` as a file to write, in a folder that exists; OutputPathError where it cannot be."""
     path = Path(out)
-    if not path.parent.is_dir() or path.is_dir():
-        raise OutputPathError(f"--out: cannot write {out} ({'a folder' if path.is_dir() else 'no folder ' + str(path.parent)})")
+    if path.is_dir():
+        raise OutputPathError(f"--out: cannot write {out} (a folder)")
+    if not path.parent.is_dir():
+        raise OutputPathError(f"--out: cannot write {out} (no folder {path.parent})")
     return path
 
 
