@@ -387,24 +387,38 @@ def test_ctrl_c_ends_a_sweep_killed_with_exit_130_and_the_same_command_trains_on
 
     env = {**os.environ, "ACTSWEEP_HOME": str(new_home(tmp_path / "home")), "ACTSWEEP_NUM_CPUS": "2", "ACTSWEEP_DASHBOARD": "false"}
     cli = ["run", "mnist_classification", "--quick", *[a for s in INTERRUPTED_SET for a in ("--set", s)]]
-    command = subprocess.Popen(actsweep_command(*cli), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in command.stderr:  # the live progress: a line per finished trial
-        seen.append(line)
-        if "[1/4] done" in line:
-            command.send_signal(signal.SIGINT)  # (Tune's own handler stops the trials, their state saved)
-            break
-    rest, stdout = command.stderr.read(), command.stdout.read()
-    assert command.wait(timeout=120) == 130, "".join(seen)[-2000:] + rest[-2000:]
+    # In a session of its own, as a terminal's foreground job: Ctrl-C reaches the command and the Ray it
+    # started, and never this test process. Its output goes to files (a pipe left unread can fill and block it).
+    stderr_file, stdout_file = tmp_path / "stderr.txt", tmp_path / "stdout.txt"
+    with stderr_file.open("w") as stderr, stdout_file.open("w") as stdout:
+        command = subprocess.Popen(actsweep_command(*cli), cwd=REPO, env=env, stdout=stdout, stderr=stderr,
+                                   start_new_session=True)
+    try:
+        deadline = time.monotonic() + scaled(240)
+        while "[1/4] done" not in stderr_file.read_text():  # the live progress: a line per finished trial
+            assert command.poll() is None and time.monotonic() < deadline, stderr_file.read_text()[-2000:]
+            time.sleep(0.1)
+        os.killpg(command.pid, signal.SIGINT)  # (Tune's own handler stops the trials, their state saved)
+        assert command.wait(timeout=scaled(120)) == 130, stderr_file.read_text()[-3000:]
+        left, deadline = _session_processes(command.pid), time.monotonic() + 10
+        while left and time.monotonic() < deadline:  # (a Ray process on its way out)
+            time.sleep(0.1)
+            left = _session_processes(command.pid)
+        assert left == []  # nothing of the interrupted sweep keeps running
+    finally:
+        if command.poll() is None or _session_processes(command.pid):
+            os.killpg(command.pid, signal.SIGKILL)
+            command.wait()
+    rest, printed = stderr_file.read_text(), stdout_file.read_text()
     sweep_id = re.search(r"sweep ([0-9a-f]{12}) interrupted", rest).group(1)
-    assert "Median over" not in stdout and "Tuner.restore" not in rest  # no empty tables, no advice that is Tune's
+    assert "Median over" not in printed and "Tuner.restore" not in rest  # no empty tables, no advice that is Tune's
     client = MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], f"tags.sweep_id = '{sweep_id}'")
     status = {r.data.tags["role"]: set() for r in runs}
     for r in runs:
         status[r.data.tags["role"]].add(r.info.status)
     assert status["sweep"] == {"KILLED"} and "FINISHED" in status["trial"], status
-    again = _run(env, *cli, timeout=180)
+    again = _run(env, *cli, timeout=scaled(180))
     assert again.returncode == 0, again.stderr[-2000:]
     assert "reused" in again.stderr and "[4/4]" in again.stderr and "Median over 2 seeds" in again.stdout
 
