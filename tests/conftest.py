@@ -45,6 +45,7 @@ def pytest_configure(config):
     from tests.scheduling import register_module_clock
 
     register_module_clock(config)
+    config.pluginmanager.import_plugin("tests.report_alarm")  # (pytest-timeout's alarm held while a report is written)
     # Measured once: the variable set here reaches the tests' own deadlines (tests.machine_speed.scaled)
     # and xdist's test processes, started after this, which read it back instead of measuring.
     config.bound_scale, config.bound_scale_says = session_bound_scale()

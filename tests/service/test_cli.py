@@ -380,7 +380,7 @@ INTERRUPTED_SET = ["dataset=digits", "val_size=200", "epochs=100", "batch_size=6
 
 
 @pytest.mark.long("a CLI sweep stopped by Ctrl-C after its first trial, then the same command again")
-@pytest.mark.timeout(360)  # 45-59 s alone, 83.7 s in a full suite (58caef2)
+@pytest.mark.timeout(360)  # 45-59 s alone, 83.7 s in a full suite (58caef2); 97 s alone on a slow hour (2f3c097)
 def test_ctrl_c_ends_a_sweep_killed_with_exit_130_and_the_same_command_trains_only_the_rest(tmp_path):
     import os
     import signal
@@ -393,13 +393,16 @@ def test_ctrl_c_ends_a_sweep_killed_with_exit_130_and_the_same_command_trains_on
     with stderr_file.open("w") as stderr, stdout_file.open("w") as stdout:
         command = subprocess.Popen(actsweep_command(*cli), cwd=REPO, env=env, stdout=stdout, stderr=stderr,
                                    start_new_session=True)
+    # Its own deadlines (150 + 60 + 120 s, scaled) end a slow run inside its bound: pytest-timeout's alarm
+    # may otherwise go off while pytest writes a report, outside any test, which ends the test process and
+    # make test with it (xdist's "assert not crashitem").
     try:
-        deadline = time.monotonic() + scaled(240)
+        deadline = time.monotonic() + scaled(150)
         while "[1/4] done" not in stderr_file.read_text():  # the live progress: a line per finished trial
             assert command.poll() is None and time.monotonic() < deadline, stderr_file.read_text()[-2000:]
             time.sleep(0.1)
         os.killpg(command.pid, signal.SIGINT)  # (Tune's own handler stops the trials, their state saved)
-        assert command.wait(timeout=scaled(120)) == 130, stderr_file.read_text()[-3000:]
+        assert command.wait(timeout=scaled(60)) == 130, stderr_file.read_text()[-3000:]
         left, deadline = _session_processes(command.pid), time.monotonic() + 10
         while left and time.monotonic() < deadline:  # (a Ray process on its way out)
             time.sleep(0.1)
@@ -418,7 +421,7 @@ def test_ctrl_c_ends_a_sweep_killed_with_exit_130_and_the_same_command_trains_on
     for r in runs:
         status[r.data.tags["role"]].add(r.info.status)
     assert status["sweep"] == {"KILLED"} and "FINISHED" in status["trial"], status
-    again = _run(env, *cli, timeout=scaled(180))
+    again = _run(env, *cli, timeout=scaled(120))
     assert again.returncode == 0, again.stderr[-2000:]
     assert "reused" in again.stderr and "[4/4]" in again.stderr and "Median over 2 seeds" in again.stdout
 
