@@ -2,26 +2,33 @@
 bounds scale with it.
 
 A test's bound (pyproject.toml's 120 s, or its own @pytest.mark.timeout) is there to stop a hung
-test, at about twice its time in a full suite on the reference machine below. On a slower CPU the
-same tests take longer, and not evenly: CI on another machine ran the suite in 1,825 s against
-793-841 s here, with training-bound tests 2.6-3× slower and process-bound ones no slower. So the
-session measures both kinds of work once, before any test starts, and multiplies every bound by the
-larger ratio, times the share of the reference's cores it lacks (never below 1, never above
-MAX_SCALE). ``ACTSWEEP_TEST_BOUND_SCALE`` sets the factor instead (1 keeps the bounds as written).
+test, at about twice its time in a full suite on the reference machine below. On a slower machine
+the same tests take longer, and not evenly: CI on another machine ran the suite in 1,825 s against
+793-841 s here, with training-bound tests 2.6-3× slower and process-bound ones no slower; and on
+some hours this machine starts processes 3× slower than on others while its loops and kernels keep
+their pace (the suite 3× slower, tests failing at their bounds). So the session measures the three
+kinds of work once, before any test starts, and multiplies every bound by the largest ratio, times
+the share of the reference's cores it lacks (never below 1, never above MAX_SCALE).
+``ACTSWEEP_TEST_BOUND_SCALE`` sets the factor instead (1 keeps the bounds as written).
 """
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 SCALE_VARIABLE = "ACTSWEEP_TEST_BOUND_SCALE"
 
 # Each the best of three on a 2-core Intel Xeon with AMX and AVX-512 (the machine of docs/testing.md's
 # figures), `python -m tests.machine_speed` with nothing else running: python 0.073-0.089 s and torch
-# 0.036-0.066 s over one day; the slower figures are kept, so that this machine scales by 1.
+# 0.036-0.066 s over one day; the slower figures are kept, so that this machine scales by 1. The start
+# (best of two) is derived, as no hour of that day was a normal one: 6.1 s in an hour when collecting the
+# suite took 20.8 s, against 7.07 s at 0e4b142 (docs/testing.md): 6.1 × 7.07 / 20.8 = 2.1 s.
 REFERENCE_S = {
     "python": 0.085,  # a pure-Python loop of 2 million multiply-adds (the interpreter: process starts, Ray, MLflow)
     "torch": 0.062,  # 20 training steps of a 784-256-256-10 GELU MLP at batch 128, on one thread (the trials)
+    "start": 2.1,  # a new Python process importing torch (what each CLI run, server and Ray worker pays)
 }
 REFERENCE_CORES = 2  # make test's three test processes, and the Rays they start, share them
 MAX_SCALE = 5.0  # a hung test still ends within CI's 90 minutes
@@ -69,9 +76,16 @@ def torch_seconds() -> float:
         torch.set_num_threads(threads)
 
 
+def start_seconds() -> float:
+    """A process's start: a new Python process importing torch (best of two). It reads and maps
+    hundreds of MiB, which a loop or a kernel in a warm process never does."""
+    return _best_of(2, lambda: subprocess.run([sys.executable, "-c", "import torch"], check=True, timeout=300))
+
+
 def measure() -> dict[str, float]:
     """This machine's seconds for each kind of work in REFERENCE_S, and the cores this process may use."""
-    return {"python": python_seconds(), "torch": torch_seconds(), "cores": len(os.sched_getaffinity(0))}
+    return {"python": python_seconds(), "torch": torch_seconds(), "start": start_seconds(),
+            "cores": len(os.sched_getaffinity(0))}
 
 
 def bound_scale(measured: dict[str, float], reference: dict[str, float] = REFERENCE_S) -> float:
