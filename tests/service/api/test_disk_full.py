@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 from service.local_servers import ApiServer
 from service.patience import poll
 from service.records import SweepStore
+from tests.machine_speed import scaled
 from tests.service.api.conftest import TINY, api_env, finished, wait_for
 
 
@@ -59,7 +60,8 @@ def test_a_full_disk_fails_the_sweep_clearly_and_loses_no_record(ray_head, small
     home = small_disk / "home"
     database = f"sqlite:///{tmp_path / 'sweeps.db'}"  # where the failure can be written down
     server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_HOME=str(home), ACTSWEEP_DATABASE_URL=database,
-                               ACTSWEEP_OUTAGE_PATIENCE_S="5", ACTSWEEP_SQLITE_WAL=wal), log=tmp_path / "api.log").start()
+                               ACTSWEEP_OUTAGE_PATIENCE_S="5", ACTSWEEP_SQLITE_WAL=wal), log=tmp_path / "api.log")
+    server.start(timeout_s=scaled(60))
     try:
         with server.client() as client:
             sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,

@@ -9,6 +9,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 
 from service.local_servers import ApiServer
+from tests.machine_speed import scaled
 from tests.service.api.conftest import api_env
 
 EXAMPLES = 30  # per operation and mode
@@ -19,7 +20,7 @@ EXAMPLES = 30  # per operation and mode
 def test_fuzzing_the_openapi_schema_finds_no_server_error(ray_head, tmp_path):
     # ACTSWEEP_MAX_TRIALS_PER_SWEEP=0: a generated request that happens to be valid is answered
     # 422 (over the trial limit) instead of starting real training; submission is tested elsewhere.
-    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_MAX_TRIALS_PER_SWEEP="0")).start()
+    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_MAX_TRIALS_PER_SWEEP="0")).start(timeout_s=scaled(60))
     sent, statuses = Counter(), Counter()
     try:
         schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")

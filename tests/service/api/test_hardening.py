@@ -23,6 +23,7 @@ import pytest
 from service.control.jobs import ray_auth_headers
 from service.local_servers import ApiServer, free_port, sigkill_where
 from service.records import SweepRecord, SweepStore
+from tests.machine_speed import scaled
 from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for, wait_in_store
 
 REPO = Path(__file__).resolve().parents[3]
@@ -208,7 +209,7 @@ def test_dependencies_down_are_503s_without_credentials(ray_head, tmp_path):
     store = SweepStore(f"sqlite:///{home / 'sweeps.db'}")
     store.create(SweepRecord(id="kept1", experiment="mnist_classification", quick=True, overrides={}, spec={},
                              trials_total=1, epochs=1), [{"activation": "gelu", "dropout": 0.0, "lr": 0.1, "seed": 0}])
-    server = ApiServer(env, log=tmp_path / "api.log").start()
+    server = ApiServer(env, log=tmp_path / "api.log").start(timeout_s=scaled(60))
     try:
         with server.client() as client:
             before = mlflow.connections
@@ -229,7 +230,7 @@ def test_dependencies_down_are_503s_without_credentials(ray_head, tmp_path):
         server.stop()
         mlflow.close()
     env["ACTSWEEP_DATABASE_URL"] = f"postgresql+psycopg://actsweep:hunter2@127.0.0.1:{dead}/actsweep"
-    server = ApiServer(env, log=tmp_path / "api2.log").start()  # it starts while its database is away
+    server = ApiServer(env, log=tmp_path / "api2.log").start(timeout_s=scaled(60))  # it starts while its database is away
     try:
         with server.client() as client:
             for method, path in [("GET", "/sweeps"), ("GET", "/sweeps/kept1"), ("DELETE", "/sweeps/kept1"),
@@ -250,7 +251,7 @@ def test_dependencies_down_are_503s_without_credentials(ray_head, tmp_path):
 def test_database_passwords_stay_out_of_ray_job_metadata(ray_head, postgres, tmp_path):
     # trust authentication ignores the password, which is the point: it must go nowhere visible
     url = postgres["actsweep"].replace("actsweep@", "actsweep:hunter2@", 1)
-    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_DATABASE_URL=url)).start()
+    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_DATABASE_URL=url)).start(timeout_s=scaled(60))
     try:
         with server.client() as client:
             sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
@@ -281,7 +282,7 @@ def test_stopping_the_api_group_leaves_its_ray_head_and_sweeps_alive(tmp_path):
     env = {**api_env(tmp_path, {"dashboard_url": dashboard, "address": ""}), "ACTSWEEP_START_LOCAL_RAY": "true",
            "ACTSWEEP_RAY_TEMP_DIR": str(temp_dir), "ACTSWEEP_NUM_CPUS": "2"}
     env.pop("ACTSWEEP_RAY_ADDRESS")
-    first = ApiServer(env, log=tmp_path / "first.log").start()
+    first = ApiServer(env, log=tmp_path / "first.log").start(timeout_s=scaled(60))
     try:
         with first.client() as client:
             sweep = client.post("/sweeps", json={"experiment": "mnist_classification",
@@ -292,7 +293,7 @@ def test_stopping_the_api_group_leaves_its_ray_head_and_sweeps_alive(tmp_path):
         store = SweepStore(f"sqlite:///{env['ACTSWEEP_HOME']}/sweeps.db")  # read directly: no API is up
         wait_in_store(store, sweep["id"], lambda record: sum(t.epoch for t in record.trials)
                       > before["progress"]["trial_epochs_done"], timeout=120, with_trials=True)
-        second = ApiServer(env, log=tmp_path / "second.log").start()
+        second = ApiServer(env, log=tmp_path / "second.log").start(timeout_s=scaled(60))
         try:
             with second.client() as client:
                 after = client.get(f"/sweeps/{sweep['id']}").json()
@@ -330,7 +331,7 @@ def _idempotency_key(n: int) -> str | None:
 @pytest.mark.long("fifty submissions at once, ten of them sweeps the API plans, records and cancels")
 @pytest.mark.timeout(240)  # 70-98 s in full suites with 26 sweeps; 57-59 s with 10, in three test processes
 def test_fifty_concurrent_submissions_make_one_sweep_per_idempotency_key_and_no_5xx(ray_head, tmp_path):
-    server = ApiServer(api_env(tmp_path, ray_head), log=tmp_path / "api.log").start()
+    server = ApiServer(api_env(tmp_path, ray_head), log=tmp_path / "api.log").start(timeout_s=scaled(60))
     body = {"experiment": "mnist_classification", "quick": True, "overrides": {**TINY, "epochs": 1, "seeds": 1,
                                                                               "activation": ["relu"]}}
 

@@ -71,7 +71,7 @@ def test_two_homes_run_side_by_side_each_on_its_own_head_and_stop_it(tmp_path):
 
     def serve(name: str) -> float:  # the seconds from `serve` to a healthy API on its own new head
         launched = time.monotonic()
-        servers[name] = ApiServer(envs[name], log=tmp_path / f"{name}.log").start(timeout_s=120)
+        servers[name] = ApiServer(envs[name], log=tmp_path / f"{name}.log").start(timeout_s=scaled(120))
         return _healthy(servers[name]) + (time.monotonic() - launched)
 
     try:
@@ -109,7 +109,7 @@ def test_two_homes_run_side_by_side_each_on_its_own_head_and_stop_it(tmp_path):
         assert forced.returncode == 0 and "interrupted" in forced.stdout, forced.stderr
         assert dashboard_status(heads["b"].dashboard_url) is None and not heads["b"].processes()
         assert dashboard_status(heads["a"].dashboard_url) == 200  # the other home's head is untouched
-        servers["b"] = ApiServer(envs["b"], log=tmp_path / "b2.log").start(timeout_s=120)  # it starts a new head for b
+        servers["b"] = ApiServer(envs["b"], log=tmp_path / "b2.log").start(timeout_s=scaled(120))  # it starts a new head for b
         with servers["b"].client() as client:
             record = client.get(f"/sweeps/{long}").json()
         assert record["state"] == "interrupted" and "actsweep stop --force" in record["error"]

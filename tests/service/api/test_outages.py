@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from service.local_servers import ApiServer, MlflowServer, PostgresServer
 from service.records import SweepStore
+from tests.machine_speed import scaled
 from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for
 
 OUTAGE_S = 16  # each server is down this long
@@ -52,7 +53,7 @@ def test_mlflow_and_the_sweep_database_down_for_16_s_each_mid_sweep_lose_nothing
     url = postgres.urls["actsweep"]
     mlflow = MlflowServer(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", tmp_path / "mlflow.log").start()
     server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_TRACKING_URI=mlflow.url, ACTSWEEP_DATABASE_URL=url),
-                       log=tmp_path / "api.log").start()
+                       log=tmp_path / "api.log").start(timeout_s=scaled(60))
     try:
         with server.client() as client:
             sweep = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,

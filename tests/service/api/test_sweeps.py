@@ -16,6 +16,7 @@ from service.local_servers import ApiServer, sigkill_where
 from service.records import TERMINAL_STATES, SweepStore
 from service.settings import Settings
 from tests.browser import HeaderProxy, keep_screenshot, load_in_chromium
+from tests.machine_speed import scaled
 from tests.service.api.conftest import SIDE_BY_SIDE, TINY, api_env, finished, wait_for, wait_in_store
 
 
@@ -213,7 +214,7 @@ def test_cancel_stops_running_trials_and_keeps_finished_ones(server):
 
 def test_bearer_token_when_configured(ray_head, tmp_path):
     log = tmp_path / "api.log"
-    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_API_TOKEN="s3cret-token"), log=log).start()
+    server = ApiServer(api_env(tmp_path, ray_head, ACTSWEEP_API_TOKEN="s3cret-token"), log=log).start(timeout_s=scaled(60))
     try:
         with server.client() as anonymous, server.client("wrong") as wrong, server.client("s3cret-token") as good:
             assert anonymous.get("/sweeps").status_code == 401
@@ -309,7 +310,7 @@ def test_a_dead_driver_is_replaced_unwatched_by_one_of_two_api_replicas(server, 
     epochs = 100  # (the kill comes at epoch 40 of the third or fourth trial)
     body = {"experiment": "mnist_classification", "overrides": {**TINY, **SIDE_BY_SIDE, "epochs": epochs, "execution.rerun": True,
                                                                 "execution.mode": "per_trial"}}  # (trials that finish apart)
-    replica = ApiServer(server.env, log=tmp_path / "replica.log").start()
+    replica = ApiServer(server.env, log=tmp_path / "replica.log").start(timeout_s=scaled(60))
     store = SweepStore(f"sqlite:///{server.env['ACTSWEEP_HOME']}/sweeps.db")
     try:
         with server.client() as client:
