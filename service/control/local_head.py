@@ -100,9 +100,26 @@ def _temp_dir(settings: Settings) -> str:
     return f"/tmp/actsweep-ray-{hashlib.sha256(str(settings.root).encode()).hexdigest()[:10]}"
 
 
+# Ray waits a fixed 30 s for a new head's raylet to register with its GCS ("The current node timed out
+# during startup"); on a machine whose process starts run slow, that wait can pass while nothing is wrong.
+HEAD_START_TRIES = 3
+RAY_STARTUP_TIMEOUT = "timed out during startup"
+
+
 def start_head(settings: Settings, dashboard_url: str | None, ray_cli: str) -> LocalHead:
     """``ray start --head`` on free ports (the dashboard at ``dashboard_url`` where one is given),
-    token auth on, in a session of its own; recorded in HOME/ray/head.json."""
+    token auth on, in a session of its own; recorded in HOME/ray/head.json. A start that Ray gave up
+    on while its raylet registered is made again, up to HEAD_START_TRIES in all; a failed start is
+    cleared away."""
+    for tries_left in range(HEAD_START_TRIES - 1, -1, -1):
+        try:
+            return _start_head_once(settings, dashboard_url, ray_cli)
+        except RuntimeError as exc:
+            if RAY_STARTUP_TIMEOUT not in str(exc) or not tries_left:
+                raise
+
+
+def _start_head_once(settings: Settings, dashboard_url: str | None, ray_cli: str) -> LocalHead:
     dashboard_port = urlparse(dashboard_url).port if dashboard_url else free_port()
     gcs_port = free_port()
     head = LocalHead(dashboard_url=f"http://127.0.0.1:{dashboard_port}", gcs_address=f"127.0.0.1:{gcs_port}",
@@ -118,6 +135,7 @@ def start_head(settings: Settings, dashboard_url: str | None, ray_cli: str) -> L
                           env={**os.environ, "RAY_AUTH_MODE": "token"})
     if done.returncode != 0:
         last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        stop_head(head, settings)  # (what it had started of its GCS, dashboard and raylet)
         raise RuntimeError(f"`ray start --head` failed (exit {done.returncode}): {last}")
     head_file(settings).parent.mkdir(parents=True, exist_ok=True)
     head_file(settings).write_text(json.dumps(asdict(head), indent=2) + "\n")
