@@ -240,6 +240,8 @@ class ApiServer:
             return self
         exited = self.process.poll()
         why = f"exited with {exited}" if exited is not None else f"did not answer in {timeout_s:.0f} s"
+        if exited is None:  # (not left running for nobody: its whole group ends)
+            self.stop_group(signal.SIGKILL)
         raise RuntimeError(f"the API did not start: it {why}{self._log_tail()}")
 
     def _log_tail(self, chars: int = 3000) -> str:
