@@ -5,9 +5,10 @@ pytest-timeout (the signal method) raises its timeout wherever the test process 
 goes off. Inside a test's setup, call or teardown that fails the test, as it should. Between them,
 while pytest makes a phase's report or sends it to xdist's controller, it is an internal error: the
 test process ends with its test unfinished, and xdist ends the whole of `make test` with
-``assert not crashitem``: one slow test near its bound on a busy machine loses the run. So the alarm is held while a report is made or sent; one that went off then fails the
-test's next phase instead: its call, or its teardown once the fixtures are torn down. After the last
-report there is nothing left of the test to fail, and pytest-timeout cancels the alarm.
+``assert not crashitem``: one slow test near its bound on a busy machine loses the run. So the
+alarm is held while a report is made or sent; one that went off then fails the test's next phase
+instead: its call, or its teardown once the fixtures are torn down. After the last report there is
+nothing left of the test to fail, and pytest-timeout cancels the alarm.
 """
 from __future__ import annotations
 

@@ -111,11 +111,11 @@ def start_head(settings: Settings, dashboard_url: str | None, ray_cli: str) -> L
     token auth on, in a session of its own; recorded in HOME/ray/head.json. A start that Ray gave up
     on while its raylet registered is made again, up to HEAD_START_TRIES in all; a failed start is
     cleared away."""
-    for tries_left in range(HEAD_START_TRIES - 1, -1, -1):
+    for attempt in range(1, HEAD_START_TRIES + 1):
         try:
             return _start_head_once(settings, dashboard_url, ray_cli)
         except RuntimeError as exc:
-            if RAY_STARTUP_TIMEOUT not in str(exc) or not tries_left:
+            if RAY_STARTUP_TIMEOUT not in str(exc) or attempt == HEAD_START_TRIES:
                 raise
 
 

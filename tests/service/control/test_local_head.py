@@ -1,7 +1,7 @@
 """A home's own head (service/control/local_head.py): a start that Ray gave up on while its raylet
-registered, as on a machine whose process starts run slow, is cleared away and made again; any
-failed start is cleared away. The
-fault is injected by a stand-in for the `ray` command that fails as Ray does, then hands over to it."""
+registered, as on a machine whose process starts run slow, is made again, and any failed start is
+cleared away. The fault is injected by a stand-in for the `ray` command that fails as Ray does,
+then hands over to it."""
 from __future__ import annotations
 
 import sys
@@ -11,8 +11,7 @@ import psutil
 import pytest
 
 from service.control.jobs import ensure_ray_token, ray_cli
-from service.control.local_head import HEAD_START_TRIES, _temp_dir, stop_head, wait_for_dashboard
-from service.control.local_head import start_head as start_local_head
+from service.control.local_head import HEAD_START_TRIES, _temp_dir, start_head, stop_head, wait_for_dashboard
 from service.local_servers import answers
 from service.settings import Settings
 from tests.machine_speed import scaled
@@ -57,7 +56,7 @@ def _strays(temp_dir: str) -> list[psutil.Process]:
 def test_a_head_ray_gave_up_on_is_cleared_away_and_started_again(tmp_path):
     ensure_ray_token()
     settings = Settings(home=tmp_path / "home")
-    head = start_local_head(settings, None, _ray_that_fails(tmp_path, times=1))
+    head = start_head(settings, None, _ray_that_fails(tmp_path, times=1))
     try:
         assert (tmp_path / "calls").read_text() == "2"
         assert _strays(head.temp_dir) == []  # what the first try had started is gone
@@ -72,7 +71,7 @@ def test_a_head_ray_gave_up_on_is_cleared_away_and_started_again(tmp_path):
 def test_a_lasting_timeout_and_any_other_failure_are_raised(tmp_path, times, message, calls):
     settings = Settings(home=tmp_path / "home")
     with pytest.raises(RuntimeError, match="ray start --head` failed") as raised:
-        start_local_head(settings, None, _ray_that_fails(tmp_path, times=times, message=message))
+        start_head(settings, None, _ray_that_fails(tmp_path, times=times, message=message))
     assert message.splitlines()[-1] in str(raised.value)
     assert (tmp_path / "calls").read_text() == str(calls)  # tried HEAD_START_TRIES times, or once
     assert _strays(_temp_dir(settings)) == []  # nothing of a failed start left running
