@@ -169,7 +169,10 @@ def paper_cpu(d: dict) -> str:
              f"(**{d['ratios']['fused/plain']:.2f}×**")
     if "per_trial/plain" in d["ratios"]:
         text += f" and {d['ratios']['per_trial/plain']:.2f}×"
-    return text + f"); fused at {pct(r['fused']['steady_fraction_of_fp32_peak'])} of the fp32 peak in steady state"
+    peaks = d["machine"]["peaks_gflops"]
+    return text + (f"); fused at {pct(r['fused']['steady_fraction_of_fp32_peak'])} of the fp32 peak in steady state; "
+                   f"matmul peaks fp32 {num(peaks['fp32'], 0)} GFLOP/s, bf16 {num(peaks['bf16'], 0 if peaks['bf16'] >= 100 else 1)}"
+                   + ("" if d["machine"]["native_bf16"] else " (emulated)"))
 
 
 def paper_threads(d: dict) -> str:
@@ -492,7 +495,8 @@ GPU = Section("Training on a GPU", "Figure 2's classifier as one fused pack (the
         command="`actsweep bench --device cuda --workload cifar`", hardware=machine, date="2026-11-27",
         commit="a70db31"),
     Row("cifar-h200", "the convnets on an H200 (the channels-last choices the plan reads)", "cifar_cuda.json",
-        lambda d: "; ".join((wrn(cifar_rows(d, "cifar100_wrn")), shallow(cifar_rows(d, "cifar10_shallow")))),
+        lambda d: "; ".join((wrn(cifar_rows(d, "cifar100_wrn")), shallow(cifar_rows(d, "cifar10_shallow")),
+                             elu_net(cifar_rows(d, "elu_cifar100_11layer")))),
         command="`actsweep bench --device cuda --workload cifar`", hardware=machine, date="2026-11-27"),
     Row("cuda-tests", "the tests marked `cuda`", "gpu_check_h100/cuda_tests.log", cuda_tests,
         command=f"{GPU_CHECK} (`pytest -m cuda`)", hardware=H100, date="2026-11-27", commit="a70db31"),
