@@ -515,11 +515,14 @@ FIG2_GPU = Section("Figure 2's full protocol on a GPU", "`actsweep run mnist_cla
         command="`GPU_CHECK_START_AB=1 make gpu-check`", hardware=H100, date="2026-11-27", commit="a70db31"),
 ))
 
-# ---- start-up: `actsweep bench --workload start` writes start.json. Declare its rows here, reading the JSON
-# as the other sections do, e.g.
-#     Row("start-cold-cli", "a one-trial sweep from a cold CLI", "start.json", lambda d: f"{num(d['cold_cli_s'])} s"),
+# ==== START-UP: the place for `actsweep bench --workload start`'s rows ===================================
+# It writes docs/benchmarks/start.json. Declare its rows in START_ROWS, reading the JSON as the other
+# sections do; the command, hardware, date and commit come from the JSON's own keys of those names, or from
+# the row. For example (the key names are the bench's):
+#     Row("start-cold-cli", "a one-trial sweep from a cold CLI", "start.json",
+#         lambda d: f"**{num(d['cold_cli_s'])} s** from the command to the tables"),
 # Until start.json is committed the section says it is not measured yet; once it is, a start.json that no
-# row reads stops the page (see render()).
+# row reads stops the page (render() names START_ROWS). Link the docs to docs/benchmarks/README.md#ANCHOR.
 START_ROWS: tuple[Row, ...] = ()
 START = Section("Start-up", "How long a sweep takes to start: a cold and a warm CLI, a warm REST submission of one "
                 "trial, the demo's first epoch, and the API's memory under 16 submissions at once.", START_ROWS,

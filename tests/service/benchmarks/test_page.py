@@ -109,6 +109,14 @@ def test_no_commit_hash_in_the_readme_or_the_docs_pages():
     assert {p: words for p, words in found.items() if words} == {}
 
 
+def test_the_benchmarks_page_gives_at_most_one_commit_a_row():
+    rows = [line for line in (BENCH / page.PAGE).read_text().splitlines() if line.startswith("| <a id=")]
+    assert len(rows) == sum(len(section.rows) for section in page.SECTIONS)
+    for row in rows:
+        cells = row.split(" | ")[:-1]  # the evidence's file name may be a sweep's id
+        assert len(set(HASH.findall(" | ".join(cells)))) <= 1, row
+
+
 def test_the_hash_pattern_finds_hashes_and_not_words():
     assert HASH.findall("at e6cb675, 58caef2 and 06c28d7; sha 1f31da1e") == ["e6cb675", "58caef2", "06c28d7", "1f31da1e"]
     assert HASH.findall("a decade added, defaced; #ff00ff is 1234567 and cafe") == []
