@@ -116,6 +116,11 @@ def _activation_entry(text: str):
 
 def _spec_of(args):
     """The spec a ``run`` or ``plan`` command names, with its --set, --slice and seed options."""
+    return load_spec(args.experiment, quick=args.quick, overrides=_overrides_of(args))
+
+
+def _overrides_of(args) -> dict:
+    """The spec fields a ``run`` or ``plan`` command overrides: --set, --slice and the seed options."""
     overrides = parse_set_options(args.set or [])
     for axis, values in parse_set_options(args.slice or [], flag="--slice").items():
         overrides[f"slice.{axis}"] = values if isinstance(values, list) else [values]
@@ -126,7 +131,7 @@ def _spec_of(args):
                                                          ("seeds_per_round", args.seeds_per_round)) if v is not None}
     elif args.max_seeds is not None or args.seeds_per_round is not None:
         raise SpecError("--max-seeds and --seeds-per-round go with --until-decided")
-    return load_spec(args.experiment, quick=args.quick, overrides=overrides)
+    return overrides
 
 
 def cmd_plan(args) -> int:
@@ -182,6 +187,12 @@ def cmd_run(args) -> int:
     settings = get_settings()
     spec = _spec_of(args)
     _check_memory_floor(spec)  # (before torch is imported: an impossible spec is refused in a second)
+    from service.warm_run import request_body, run_via_api, running_api
+
+    api = None if (settings.ray_address or os.environ.get("RAY_ADDRESS")) else running_api(settings)
+    if api:  # this home's service runs: the sweep goes to it, as a POST would (its queue, warm driver and head)
+        return run_via_api(api, settings, request_body(args.experiment, args.quick, _overrides_of(args), args.name),
+                           args.json, started)
     _check_ray_address(settings)  # (a cluster where nothing listens, named before seconds of imports)
     from service.background import in_background
     from service.driver.data import load_splits  # (numpy only)
@@ -391,11 +402,19 @@ def cmd_serve(args) -> int:
     from service.settings import mask_secrets
 
     try:  # this home's own head (reattached, or started on free ports), or the cluster it is pointed at
-        RayJobs(settings).ensure_cluster(wait_s=settings.ray_join_timeout_s)
+        jobs = RayJobs(settings)
+        jobs.ensure_cluster(wait_s=settings.ray_join_timeout_s)
+        jobs.ensure_driver_server()  # (its imports run while the API starts: the first sweep finds it warm)
     except (ClusterUnreachable, RuntimeError) as exc:
         print(f"actsweep serve: cannot join a Ray cluster: {mask_secrets(str(exc))}", file=sys.stderr)
         return 1
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+    from service.warm_run import forget_api, record_api
+
+    record_api(settings, args.host, args.port)  # (where `actsweep run` finds this home's service)
+    try:
+        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        forget_api(settings)
     return 0
 
 

@@ -103,6 +103,12 @@ class Settings(BaseSettings):
     mlflow_http_timeout_s: float = 10.0
     reconcile_s: float = 5.0  # the API's reconciler looks at every open sweep this often (seconds)
     driver_restarts: int = 2  # a sweep whose driver dies is continued by a new one (Tuner.restore) this often
+    # at most this many sweeps have a driver (a Ray job) at once; the others wait, queued, in the order
+    # they were submitted. Unset: max(1, min(the cluster's CPUs, its memory / 1.5 GiB)) (service.control.reconciler)
+    max_running_sweeps: int | None = Field(None, ge=1)
+    # a home's own head keeps a driver server (service.driver.warm: the driver's imports done, about
+    # 0.3 GB) that forks each sweep's driver; it exits after this long with no sweep (seconds; 0: none)
+    warm_driver_idle_s: float = 900.0
 
     @model_validator(mode="after")
     def _read_secret_files(self) -> "Settings":

@@ -6,6 +6,8 @@ import fcntl
 import os
 import secrets
 import shlex
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +17,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from service.control.local_head import (HEAD_START_S, LocalHead, dashboard_url_of, head_lock, recorded_head,
                                               start_head, stop_head, wait_for_dashboard)
+from service.driver.warm import SERVER_VARIABLE
 from service.patience import poll
 from service.settings import Settings, mask_secrets, write_secret
 
@@ -118,6 +121,19 @@ class ClusterUnreachable(RuntimeError):
     """The Ray cluster's job API did not answer (not: it answered that a job is unknown)."""
 
 
+def _answers(path: str) -> bool:
+    """A driver server listens on the Unix socket ``path`` (a connection taken, then closed)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
 class _NoAnswer(Exception):
     pass
 
@@ -190,20 +206,15 @@ class RayJobs:
         (and the restart's number, for a driver that replaces a dead one)."""
         settings = self.settings
         self.ensure_cluster()  # reattach, or start the local head again (ClusterUnreachable if neither)
-        env = settings.environment()  # (these settings, passed explicitly: not this process's environment)
+        env = self.driver_environment()
+        server = self.ensure_driver_server(env)
+        if server:
+            env[SERVER_VARIABLE] = server
         env.update({  # resolved here so the driver writes where this API reads
             "ACTSWEEP_HOME": str(settings.root),
             "ACTSWEEP_DATA_DIR": str(settings.resolved_data_dir),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
         })
-        # The stores' URLs may hold passwords: Ray keeps a job's environment in its metadata, which its
-        # dashboard shows. They travel as files only their owner reads (ACTSWEEP_*_FILE).
-        for name, value in (("tracking_uri", settings.resolved_tracking_uri),
-                            ("database_url", settings.resolved_database_url)):
-            if mask_secrets(value) != value:
-                env[f"ACTSWEEP_{name.upper()}_FILE"] = str(write_secret(settings.root / "secrets" / name, value))
-            else:
-                env[f"ACTSWEEP_{name.upper()}"] = value
         entrypoint = f"{shlex.quote(sys.executable)} -m service.driver {shlex.quote(sweep_id)}"
         job_id = job_id_for(sweep_id, restart)
         started = time.monotonic()
@@ -220,6 +231,49 @@ class RayJobs:
                 if time.monotonic() - started >= _patience_for(exc):
                     raise RuntimeError(ray_error_reason(exc)) from exc
             time.sleep(SUBMIT_EVERY_S)
+
+    def driver_environment(self) -> dict[str, str]:
+        """The environment a sweep's driver gets: these settings, passed explicitly (not this process's
+        environment), resolved so the driver writes where this API reads."""
+        settings = self.settings
+        env = settings.environment()
+        env.update({
+            "ACTSWEEP_HOME": str(settings.root),
+            "ACTSWEEP_DATA_DIR": str(settings.resolved_data_dir),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        })
+        # The stores' URLs may hold passwords: Ray keeps a job's environment in its metadata, which its
+        # dashboard shows. They travel as files only their owner reads (ACTSWEEP_*_FILE).
+        for name, value in (("tracking_uri", settings.resolved_tracking_uri),
+                            ("database_url", settings.resolved_database_url)):
+            if mask_secrets(value) != value:
+                env[f"ACTSWEEP_{name.upper()}_FILE"] = str(write_secret(settings.root / "secrets" / name, value))
+            else:
+                env[f"ACTSWEEP_{name.upper()}"] = value
+        return env
+
+    def ensure_driver_server(self, env: dict[str, str] | None = None) -> str | None:
+        """The socket of this home's driver server (service.driver.warm), started where it is not
+        running; None where drivers start cold: a cluster we joined (its jobs run on its head, not
+        here), or ACTSWEEP_WARM_DRIVER_IDLE_S=0."""
+        head = recorded_head(self.settings)
+        if self._joins_a_cluster() or head is None or self.settings.warm_driver_idle_s <= 0:
+            return None
+        path = str(Path(head.temp_dir) / "drivers.sock")
+        if _answers(path):
+            return path
+        with head_lock(self.settings):  # (one server: concurrent submissions find the one the first started)
+            if not _answers(path) and Path(head.temp_dir).is_dir():
+                log = open(Path(head.temp_dir) / "drivers.log", "ab")
+                subprocess.Popen([sys.executable, "-m", "service.driver.warm", "serve", path,
+                                  str(self.settings.warm_driver_idle_s)],
+                                 # (Ray reads RAY_AUTH_MODE as it is imported: as the head's jobs have it)
+                                 env={**os.environ, **(env or self.driver_environment()), "RAY_AUTH_MODE": "token"},
+                                 cwd=str(REPO_ROOT),
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+                log.close()
+                poll(lambda: os.path.exists(path), 10.0, every_s=0.05)  # (it binds before its imports)
+        return path if os.path.exists(path) else None
 
     def node_resources(self) -> list[dict[str, float]]:
         """Each alive node's Ray resources (CPU, GPU, ...), from the dashboard's state API."""

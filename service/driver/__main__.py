@@ -4,11 +4,20 @@ It reads the sweep record, runs the sweep (service.driver.sweeps.run_sweep), and
 and every trial's state back to the record as it goes. Started for a sweep whose record says
 ``running``, it replaces a driver that died (service.control.reconciler starts it): the sweep
 continues from Tune's experiment state and its MLflow runs, and finished trials are not rerun.
+In a warm home the job's process asks the home's driver server for a driver that has its imports
+done (service.driver.warm), and runs it here only where none answers.
 """
 from __future__ import annotations
 
 import signal
 import sys
+
+if __name__ == "__main__":  # a warm home's driver server forks a ready driver (service.driver.warm)
+    from service.driver.warm import run_warm
+
+    _warm_exit = run_warm(sys.argv[1:])
+    if _warm_exit is not None:
+        sys.exit(_warm_exit)
 
 from search_spaces import SweepSpec
 from service.driver.sweeps import failure_reason, run_sweep
@@ -49,7 +58,8 @@ def drive(sweep_id: str) -> int:
             on_reused=lambda reused: _record_reused(store, sweep_id, positions, reused, spec.epochs),
             on_round=lambda state, points: _record_round(store, sweep_id, positions, state, points),
             on_plan=lambda plan: store.update(sweep_id, plan=plan.as_dict()),
-            resume_parent_run_id=resume_parent_run_id)
+            resume_parent_run_id=resume_parent_run_id,
+            figures_later=True)  # (no matplotlib here: the API draws a sweep's figures when asked, in its worker)
     except KeyboardInterrupt:
         store.finish(sweep_id, "cancelled")
         return 0

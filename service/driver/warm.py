@@ -1,0 +1,225 @@
+"""A warm home's sweep drivers: a fork server that holds the driver's imports, and the Ray job's
+entrypoint that asks it for a driver.
+
+A sweep's driver is a Ray job, ``python -m service.driver SWEEP_ID``. Started cold, that process
+spends seconds importing Ray Tune, MLflow and SQLAlchemy before it reads its record. Where the
+home's head runs on this machine, the API starts one driver server beside it
+(``python -m service.driver.warm serve SOCKET``): it imports the driver once, then forks a ready
+driver for each job that asks. The job's own process stays what Ray starts, stops and shows on its
+dashboard; it hands the forked driver its environment (Ray's job variables among them), its working
+folder and its stdout and stderr (the job's log), forwards the signals Ray sends it, and exits with
+the driver's exit code. A driver whose job process is killed dies with it, so a dead driver is
+still seen and replaced (service.control.reconciler) as before.
+
+Where no server answers (a cluster's head on another machine, a server released after
+ACTSWEEP_WARM_DRIVER_IDLE_S, or one that died), the entrypoint runs the driver in its own process,
+as it always did. The server holds one process's memory (the driver's imports, about 0.3 GB) and
+exits after that idle time with no driver running; the next submission starts it again.
+
+This module imports only the standard library at the top: the entrypoint runs it before anything.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+
+SERVER_VARIABLE = "ACTSWEEP_DRIVER_SERVER"  # the server's socket, in a job's environment
+CONNECT_TIMEOUT_S = 2.0  # a server that does not take the connection this soon is not used: the driver starts cold
+SERVER_START_S = 30.0  # nor one that has not forked a driver this long after (its own imports take seconds)
+
+
+# -- the Ray job's side ------------------------------------------------------------------------------
+
+
+def run_warm(argv: list[str]) -> int | None:
+    """Ask the home's driver server for a driver running ``argv`` (``[SWEEP_ID]``) and wait for it: its
+    exit code. None where no server answers (the caller runs the driver itself)."""
+    path = os.environ.get(SERVER_VARIABLE)
+    if not path:
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(CONNECT_TIMEOUT_S)
+        conn.connect(path)
+        request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+        socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
+        conn.settimeout(SERVER_START_S)  # (a server just started may still be importing)
+        lines = _lines(conn)
+        first = next(lines, "")
+    except OSError:
+        conn.close()
+        return None  # (a server that took the request and then failed: its child sees this end close, and stops)
+    if not first.startswith("pid "):
+        conn.close()
+        return None
+    conn.settimeout(None)
+    child = int(first.split()[1])
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # Ray stops a job with SIGTERM
+        signal.signal(signum, lambda s, _frame: _send(child, s))
+    for line in lines:
+        if line.startswith("exit "):
+            return int(line.split()[1])
+    print(f"actsweep: the sweep's driver (process {child}, forked by the driver server at {path}) ended "
+          f"without an exit status", file=sys.stderr)
+    return 1
+
+
+def _lines(conn: socket.socket):
+    buffered = b""
+    while True:
+        try:
+            chunk = conn.recv(4096)
+        except InterruptedError:  # (a signal forwarded: read on)
+            continue
+        if not chunk:
+            return
+        buffered += chunk
+        while b"\n" in buffered:
+            line, buffered = buffered.split(b"\n", 1)
+            yield line.decode()
+
+
+def _send(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+# -- the server's side ---------------------------------------------------------------------------------
+
+
+def serve(path: str, idle_s: float) -> int:
+    """Import the driver, then fork a driver for each request on the Unix socket ``path``; exit
+    after ``idle_s`` seconds with no request and no driver alive."""
+    if os.path.exists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)  # (bound first: a job that asks while the imports run waits for them)
+    os.chmod(path, 0o600)  # (the owner's drivers only)
+    listener.listen(64)
+    from service.driver.__main__ import drive  # the imports every driver needs, done once
+
+    assert threading.active_count() == 1, "a process that forks must not run threads"
+    listener.settimeout(1.0)
+    children: set[int] = set()
+    last_busy = time.monotonic()
+    while True:
+        _reap(children)
+        if children:
+            last_busy = time.monotonic()
+        elif time.monotonic() - last_busy > idle_s:
+            listener.close()
+            os.unlink(path)
+            return 0
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            continue
+        last_busy = time.monotonic()
+        try:
+            conn.settimeout(10.0)
+            request, fds = _receive(conn)
+        except (OSError, ValueError):
+            conn.close()
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            _run_driver(drive, conn, request, fds)  # (never returns)
+        children.add(pid)
+        print(f"forked driver {pid} for {' '.join(request['argv'])}", flush=True)
+        conn.close()
+        for fd in fds:
+            os.close(fd)
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+    if len(data) < 4:
+        raise ValueError("a request too short")
+    size = struct.unpack("!I", data[:4])[0]
+    body = data[4:]
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            raise ValueError("a request cut short")
+        body += chunk
+    if len(fds) != 3:
+        raise ValueError("a request without stdin, stdout and stderr")
+    return json.loads(body), fds
+
+
+def _reap(children: set[int]) -> None:
+    for pid in list(children):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            children.discard(pid)
+
+
+def _run_driver(drive, conn: socket.socket, request: dict, fds: list[int]) -> None:
+    """In the forked child: become the job's driver (its streams, environment, folder), run it, and
+    send its exit code back."""
+    code = 1
+    try:
+        os.setsid()  # (its own process group: signals meant for the server do not reach it)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.argv = ["service.driver", *request["argv"]]
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        conn.settimeout(None)
+        conn.sendall(f"pid {os.getpid()}\n".encode())
+        threading.Thread(target=_stop_when_orphaned, args=(conn,), daemon=True).start()
+        code = drive(request["argv"][0])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            import atexit
+
+            atexit._run_exitfuncs()  # (Ray's and MLflow's: a driver that ends as a process would)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            conn.sendall(f"exit {code}\n".encode())
+        finally:
+            os._exit(code)
+
+
+def _stop_when_orphaned(conn: socket.socket) -> None:
+    """The job's process closed its end without the driver's exit: it was killed (SIGKILL: Ray's
+    stop after its grace, a test, the machine), so the driver dies as it would have in that process.
+    A graceful stop reaches the driver as the SIGTERM its job's process forwards."""
+    try:
+        while conn.recv(1):
+            pass
+    except OSError:
+        pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != "serve":
+        print("usage: python -m service.driver.warm serve SOCKET IDLE_S", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(serve(sys.argv[2], float(sys.argv[3])))
