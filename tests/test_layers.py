@@ -1,8 +1,9 @@
 """The code's layers point one way: api and the CLI → the control plane and the driver → reporting →
 runs and records → spec and plan → workers, and the developer's scripts (benchmarks/) above them all;
 the control plane never reaches the driver, and the API and the CLI start without torch, Ray Tune or
-matplotlib; the spec and the trial types load without torch or Ray; only service.runs talks to
-MLflow; and nothing in the product imports the tests or the scripts."""
+matplotlib, and the sweep's driver without torch or matplotlib; the spec and the trial types load
+without torch or Ray; only service.runs talks to MLflow; and nothing in the product imports the
+tests or the scripts."""
 from __future__ import annotations
 
 import ast
@@ -134,8 +135,11 @@ TRAINING_STACK = ("torch", "ray.tune", "matplotlib")
     # nor MLflow, pandas or scipy, which the commands that read runs import (and the API's worker
     # process, which imports the CLI's module again)
     ("from service.cli import main; main(['--help'])", (*TRAINING_STACK, "mlflow", "pandas", "scipy")),
-], ids=["api", "cli-help"])
-def test_the_api_and_the_cli_start_without_what_they_do_not_use(code, unused, tmp_path):
+    # a sweep's driver (a Ray job) hands Tune the trainable by name and has its footprints measured
+    # by Ray tasks: it draws no figures and trains nothing itself
+    ("import service.driver.__main__", ("torch", "matplotlib")),
+], ids=["api", "cli-help", "driver"])
+def test_the_api_the_cli_and_the_driver_start_without_what_they_do_not_use(code, unused, tmp_path):
     check = (f"import sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\n"
              f"loaded = [m for m in {unused!r} if m in sys.modules]\n"
              "assert not loaded, loaded\n")

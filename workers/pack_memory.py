@@ -25,7 +25,7 @@ process (service.driver.gpu_placement), and the budget keeps a headroom (service
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -33,28 +33,9 @@ import torch
 from workers import graphs
 from workers.data.splits import Splits
 from workers.fused import StackedPack, train_pack  # the pack exactly as it trains
+from workers.pack_footprint import PackFootprint  # (re-exported: the value lives apart from torch)
 from workers.train import EVAL_BATCH, train_step
 from workers.trial import TrialConfig
-
-MIB = 2 ** 20
-
-
-@dataclass(frozen=True)
-class PackFootprint:
-    """A pack of P members holds ``fixed + P * per_member`` bytes on its device."""
-
-    fixed: int       # bytes: the dataset on the device, once per pack
-    per_member: int  # bytes: weights, gradients, optimiser state, saved activations, eval buffers
-
-    def bytes(self, members: int) -> int:
-        return self.fixed + members * self.per_member
-
-    def largest_pack(self, budget: int) -> int:
-        """The most members whose pack fits in ``budget`` bytes (0 if not even one does)."""
-        return max(0, (budget - self.fixed) // self.per_member)
-
-    def describe(self) -> str:
-        return f"{self.fixed / MIB:.0f} MiB of data + {self.per_member / MIB:.1f} MiB per member"
 
 
 def dataset_bytes(splits: Splits) -> int:

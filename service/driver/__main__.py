@@ -5,7 +5,9 @@ and every trial's state back to the record as it goes. Started for a sweep whose
 ``running``, it replaces a driver that died (service.control.reconciler starts it): the sweep
 continues from Tune's experiment state and its MLflow runs, and finished trials are not rerun.
 In a warm home the job's process asks the home's driver server for a driver that has its imports
-done (service.driver.warm), and runs it here only where none answers.
+done (service.driver.warm), and runs it here only where none answers. Neither imports torch nor
+matplotlib: the trials train in Ray's workers, the footprints are measured by Ray tasks
+(service.driver.observations), and a sweep's figures are drawn by whoever asks for them.
 """
 from __future__ import annotations
 

@@ -1,9 +1,15 @@
 """What the execution plan (service.driver.execution_plan) reads before deciding: the cluster
 through Ray (CPUs, GPUs and memory per node, a GPU's memory), the measured footprint of a fused
-pack's member, and the estimated footprint of a lone trial."""
+pack's member, and the estimated footprint of a lone trial.
+
+The driver imports no torch (a Ray job's process: seconds and a gigabyte saved): both footprints
+are measured by a Ray task, on a node where the trials train (:class:`Footprints`), and this
+machine's GPUs are read from nvidia-smi or NVML."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from dataclasses import replace
 
 import psutil
@@ -12,7 +18,7 @@ import ray
 from search_spaces import SweepSpec
 from service.driver.execution_plan import Cluster, ExecutionPlan, Node, resolve_plan
 from workers.data import Splits
-from workers.pack_memory import PackFootprint, measure_footprint
+from workers.pack_footprint import PackFootprint
 from workers.trial import GridPoint
 
 
@@ -46,18 +52,80 @@ def _gpu_memory() -> int:
 
 
 def pack_footprint(spec: SweepSpec, points: list[GridPoint], data: Splits) -> PackFootprint:
-    """The measured footprint (workers.pack_memory) of packs of the spec's ``points``: from one
-    config per activation, eager (compiled steps save fewer tensors: the eager count bounds them)."""
+    """The measured footprint (workers.pack_memory, torch) of packs of the spec's ``points``, in
+    this process: from one config per activation, eager (compiled steps save fewer tensors: the
+    eager count bounds them)."""
+    from workers.pack_memory import measure_footprint
+
     one_per_activation = list({p.activation: p for p in points}.values())
     return measure_footprint([replace(spec.trial_config(p), compile=False) for p in one_per_activation], data)
 
 
 def trial_bytes(spec: SweepSpec) -> float:
-    """One lone trial's estimated memory (workers.footprint, on the meta device); 0 where unknown."""
+    """One lone trial's estimated memory (workers.footprint, on the meta device: torch), in this
+    process; 0 where unknown."""
     from workers.footprint import estimate
 
     footprint = estimate(spec)
     return float(footprint.memory_bytes) if footprint else 0.0
+
+
+@ray.remote(num_cpus=0)  # (its resources are set per call: Footprints.options)
+def _pack_footprint_task(spec: SweepSpec, points: list[GridPoint], data: Splits) -> tuple[int, int]:
+    found = pack_footprint(spec, points, data)
+    return found.fixed, found.per_member  # (plain ints: the driver unpickles no torch-side type)
+
+
+@ray.remote(num_cpus=0)
+def _trial_bytes_task(spec: SweepSpec) -> float:
+    return trial_bytes(spec)
+
+
+def trains_on_gpu(spec: SweepSpec, cluster: Cluster) -> bool:
+    """Whether the spec's trials will ask for GPUs on ``cluster`` (its ``auto``: where it has any)."""
+    asked = spec.execution.gpus_per_trial
+    return cluster.gpus > 0 and (asked == "auto" or asked > 0)
+
+
+class Footprints:
+    """A sweep's two footprints, each measured at most once, when first asked: the pack member's
+    (:func:`pack_footprint`) and the lone trial's (:func:`trial_bytes`). With Ray connected each is
+    measured by a Ray task where the trials train, so the driver never imports torch: with a sliver
+    of a GPU where they train on GPUs (the node's torch and libraries are the trials'), else with a
+    CPU (a node that trains: a head node kept free of trials declares none). The measurement itself
+    runs on the task's CPU, as it did in the driver: a step counts the same tensors there as on a
+    GPU (workers.pack_memory). Without Ray (``actsweep plan`` on this machine) it runs in this process.
+    ``data``: the sweep's splits, or their ref in Ray's object store."""
+
+    def __init__(self, spec: SweepSpec, data: Splits | ray.ObjectRef, points: list[GridPoint] | None = None,
+                 on_gpu: bool = False):
+        self.spec, self.data, self.on_gpu = spec, data, on_gpu
+        self.points = spec.grid_points() if not points else points
+        self._pack: PackFootprint | None = None
+        self._trial: float | None = None
+
+    def options(self) -> dict:
+        """The Ray resources of a measuring task: where the trials will run."""
+        return {"num_gpus": 0.001, "num_cpus": 0} if self.on_gpu else {"num_cpus": 1}
+
+    def pack(self) -> PackFootprint:
+        """The measured footprint of a pack member (a real step of a small pack, about a second)."""
+        if self._pack is None:
+            if ray.is_initialized():
+                if not isinstance(self.data, ray.ObjectRef):
+                    self.data = ray.put(self.data)
+                task = _pack_footprint_task.options(**self.options()).remote(self.spec, self.points, self.data)
+                self._pack = PackFootprint(*ray.get(task))
+            else:
+                self._pack = pack_footprint(self.spec, self.points, self.data)
+        return self._pack
+
+    def trial_bytes(self) -> float:
+        """One lone trial's estimated memory in bytes (0 where unknown)."""
+        if self._trial is None:
+            self._trial = (ray.get(_trial_bytes_task.options(**self.options()).remote(self.spec))
+                           if ray.is_initialized() else trial_bytes(self.spec))
+        return self._trial
 
 
 def observe_this_machine(num_cpus: int | None = None) -> Cluster:
@@ -70,42 +138,62 @@ def observe_this_machine(num_cpus: int | None = None) -> Cluster:
 
 
 def local_gpus() -> tuple[int, float | None]:
-    """(GPUs on this machine, the memory of one), from nvidia-smi where it is installed (no CUDA
-    context made here), else from torch."""
-    import shutil
-    import subprocess
+    """(GPUs this process may use on this machine, the memory of one): from nvidia-smi, else NVML
+    (as a local Ray counts them); no CUDA context made and no torch imported."""
+    gpus = visible_gpus()
+    return len(gpus), (gpus[0][1] if gpus else None)
 
+
+def visible_gpus() -> list[tuple[str, float]]:
+    """(name, memory in bytes) of each GPU of this machine that CUDA_VISIBLE_DEVICES leaves this
+    process: from nvidia-smi where it is installed, else from NVML through Ray's copy of pynvml;
+    [] where neither answers."""
+    found = None
     if shutil.which("nvidia-smi"):
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=20, check=True).stdout.split()
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-            mib = [float(v) for v in out]
-            if visible is not None:
-                mib = [mib[int(i)] for i in visible.split(",") if i.strip().isdigit() and int(i) < len(mib)]
-            return len(mib), (mib[0] * 2 ** 20 if mib else None)
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=20, check=True).stdout
+            found = [(name.strip(), float(mib) * 2 ** 20)
+                     for name, mib in (line.rsplit(",", 1) for line in out.splitlines() if line.strip())]
         except (subprocess.SubprocessError, OSError, ValueError):
-            pass
-    import torch
+            found = None
+    if found is None:
+        found = _nvml_gpus()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        found = [found[int(i)] for i in visible.split(",") if i.strip().isdigit() and int(i) < len(found)]
+    return found
 
-    if not torch.cuda.is_available():
-        return 0, None
-    return torch.cuda.device_count(), float(torch.cuda.get_device_properties(0).total_memory)
+
+def _nvml_gpus() -> list[tuple[str, float]]:
+    try:
+        import ray._private.thirdparty.pynvml as pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # (no NVIDIA driver, or Ray moved its copy)
+        return []
+    try:
+        found = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            found.append((name.decode() if isinstance(name, bytes) else str(name),
+                          float(pynvml.nvmlDeviceGetMemoryInfo(handle).total)))
+        return found
+    except Exception:
+        return []
+    finally:
+        pynvml.nvmlShutdown()
 
 
-def plan_sweep(spec: SweepSpec, data: Splits, context_bytes: float, points: list[GridPoint] | None = None,
-               cluster: Cluster | None = None, local: bool = False) -> ExecutionPlan:
+def plan_sweep(spec: SweepSpec, data: Splits | ray.ObjectRef, context_bytes: float,
+               points: list[GridPoint] | None = None, cluster: Cluster | None = None, local: bool = False,
+               footprints: Footprints | None = None) -> ExecutionPlan:
     """The plan for ``spec`` on the connected Ray cluster (observed now unless given; ``local``: a
-    Ray started on this machine), its pack footprint measured on ``data`` (workers.data.Splits)
-    where the plan needs it."""
+    Ray started on this machine), its footprints measured on ``data`` (workers.data.Splits, or
+    its ref) where the plan needs them (``footprints``: the sweep's, to keep what they measure)."""
     cluster = cluster or observe_cluster(local)
     points = spec.grid_points() if points is None else points
-    measured = []
-
-    def measured_footprint():
-        if not measured:  # (measured once: a real step of a small pack, about a second)
-            measured.append(pack_footprint(spec, points or spec.grid_points(), data))
-        return measured[0]
-
-    return resolve_plan(spec, cluster, points, pack_footprint=measured_footprint if points or spec.grid_points() else None,
-                        trial_bytes=lambda: trial_bytes(spec), context_bytes=context_bytes)
+    footprints = footprints or Footprints(spec, data, points, on_gpu=trains_on_gpu(spec, cluster))
+    return resolve_plan(spec, cluster, points, pack_footprint=footprints.pack if points or spec.grid_points() else None,
+                        trial_bytes=footprints.trial_bytes, context_bytes=context_bytes)

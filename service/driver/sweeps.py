@@ -22,7 +22,7 @@ from ray.tune.logger import JsonLoggerCallback
 from search_spaces import LrSearch, SweepSpec, packs
 from service.driver.data import load_splits  # (re-exported: callers import it from here)
 from service.driver.execution_plan import ExecutionPlan
-from service.driver.observations import plan_sweep
+from service.driver.observations import Footprints, observe_cluster, plan_sweep, trains_on_gpu
 from service.driver.provenance import code_version, hardware
 from service.lock import environment_lock
 from service.patience import cannot_write
@@ -30,8 +30,6 @@ from service.background import in_background
 from service.ray_session import connect_ray  # (re-exported: callers import it from here)
 from service.records import new_sweep_id
 from service.reporting.aggregate import FINAL_METRICS
-from service.reporting.figures import render_figures
-from service.reporting.render import render
 from service.reporting.results import sweep_results
 from service.runs.cache import Reused, reuse_finished
 from service.runs.logger import MLflowTrialLogger
@@ -39,7 +37,7 @@ from service.runs.store import (EXPERIMENT, PHASE, SWEEP_ID, DatasetRef, Provena
                                 configure_mlflow_client)
 from service.settings import Settings
 from workers.data import Splits
-from workers.trainable import run_trial
+from workers.trial_entry import run_trial  # (torch-free: the trial imports the training code)
 from workers.trial import KEY_FIELD, GridPoint, flatten, members, trial_key, tune_config
 
 
@@ -87,6 +85,9 @@ class _Sweep:
     callbacks: list
     on_reused: Callable[[list[Reused]], None] | None
     resuming: bool
+    footprints: Footprints
+    splits: Splits  # the sweep's data, put once into Ray's object store (splits_ref): every fit of it reads that copy
+    splits_ref: ray.ObjectRef
     trained: int = 0
     errors: int = 0
     first_error: str | None = None
@@ -118,14 +119,15 @@ class _Sweep:
             search: LrSearch | None = None) -> None:
         """One Tune experiment: a phase's grid points (as trials or fused packs), or one lr search."""
         spec, settings = self.spec, self.settings
-        trainable = tune.with_resources(tune.with_parameters(run_trial, splits=data),
+        shared = self.splits_ref if data is self.splits else data  # (the retraining phase's data: its own)
+        trainable = tune.with_resources(tune.with_parameters(run_trial, splits=shared),
                                         {"cpu": spec.execution.cpus_per_trial, "gpu": spec.execution.gpus_per_trial})
         experiment = f"{spec.name}-{self.sweep_id}-{name}"
         path = f"{settings.ray_results}/{experiment}"
         if self.resuming and tune.Tuner.can_restore(path):  # the dead driver had started it
             return self._count(tune.Tuner.restore(path, trainable, resume_errored=True).fit())
         placement = {"phase": phase, "seeds": spec.seed_list, "checkpoint_root": path,  # state.pt goes there
-                     "memory_limit_bytes": trial_memory_limit(spec)}
+                     "memory_limit_bytes": trial_memory_limit(spec, self.footprints.trial_bytes)}
         search_alg, samples, units = None, 1, [None]
         if search is not None:
             point, search_alg, samples = _lr_search(search)
@@ -195,19 +197,18 @@ def raise_if_storage_full(exc: BaseException, storage: str) -> None:
                                     f"({free} bytes free), and its trials' results cannot be read back") from exc
 
 
-def trial_memory_limit(spec: SweepSpec) -> int | None:
+def trial_memory_limit(spec: SweepSpec, trial_bytes: Callable[[], float]) -> int | None:
     """The bytes a trial's process may allocate beyond what it held at its start, on CPUs: the
-    spec's ``execution.memory_limit_gb``, or 3 × the trial's estimated footprint + 2 GiB (a trial
-    past it fails alone, FAILED with "can't allocate memory"; Ray's own memory monitor, left to
-    itself, kills sweeps' drivers first). None (no limit) on GPUs and for fused packs."""
+    spec's ``execution.memory_limit_gb``, or 3 × the trial's estimated footprint (``trial_bytes()``,
+    asked only here: the sweep's Footprints measure it once) + 2 GiB (a trial past it fails alone,
+    FAILED with "can't allocate memory"; Ray's own memory monitor, left to itself, kills sweeps'
+    drivers first). None (no limit) on GPUs and for fused packs."""
     if spec.execution.memory_limit_gb is not None:
         return int(spec.execution.memory_limit_gb * 1e9)
     if spec.execution.gpus_per_trial or spec.execution.mode == "fused":
         return None
-    from workers.footprint import estimate
-
-    footprint = estimate(spec)
-    return 3 * footprint.memory_bytes + 2 * 2 ** 30 if footprint else None
+    one = trial_bytes()
+    return int(3 * one) + 2 * 2 ** 30 if one else None
 
 
 def _end_runs(runs: RunStore, sweep_id: str, parent_run_id: str, status: str) -> None:
@@ -290,8 +291,10 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     # the MLflow store made (its tables: 2 s on a new one) while Ray starts and the plan is measured
     store_ready = in_background(runs.experiment_id, mlflow_experiment_name(spec), settings.artifact_root)
     connect_ray(settings)
-    plan = plan_sweep(spec, splits, settings.cuda_context_mb * 2 ** 20,
-                      local=not (settings.ray_address or os.environ.get("RAY_ADDRESS")))
+    cluster = observe_cluster(local=not (settings.ray_address or os.environ.get("RAY_ADDRESS")))
+    splits_ref = ray.put(splits)  # (once: the footprint's task and the trials read it)
+    footprints = Footprints(spec, splits_ref, on_gpu=trains_on_gpu(spec, cluster))  # (measured by Ray tasks, once)
+    plan = plan_sweep(spec, splits_ref, settings.cuda_context_mb * 2 ** 20, cluster=cluster, footprints=footprints)
     spec = plan.resolved(spec)  # (from here on: no auto)
     if on_plan:
         on_plan(plan)
@@ -309,7 +312,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     configure_mlflow_client(settings.mlflow_http_retries + 1, settings.mlflow_http_timeout_s)
     sweep = _Sweep(spec, plan, settings, sweep_id, runs, exp_id, parent_run_id, [], on_reused,
-                   resume_parent_run_id is not None)
+                   resume_parent_run_id is not None, footprints, splits, splits_ref)
     dataset = DatasetRef(spec.dataset, splits.fingerprint(), splits.source, splits.sizes())
     mlflow_logger = MLflowTrialLogger(runs, exp_id, parent_run_id, sweep.sweep_tags,
                                       resuming=resume_parent_run_id is not None, dataset=dataset,
@@ -401,10 +404,14 @@ def median_metrics(results) -> dict[str, float]:
 def _log_summary(runs: RunStore, sweep_id: str, parent_run_id: str, figures: bool = True) -> None:
     """The sweep's medians, report and (with ``figures``) figures, logged with its parent run (what
     MLflow's UI shows of the sweep); a figure or report that cannot be drawn is no failed sweep."""
+    from service.reporting.render import render  # (scipy's statistics: needed only at the end)
+
     try:
         results = sweep_results(runs, sweep_id)
         runs.log_sweep_summary(parent_run_id, median_metrics(results), render(results, "md"))
         if figures:
+            from service.reporting.figures import render_figures  # (matplotlib: a Ray job's driver draws none)
+
             runs.log_figures(parent_run_id, render_figures(results))
     except RunsUnavailable:
         raise
@@ -415,6 +422,8 @@ def _log_summary(runs: RunStore, sweep_id: str, parent_run_id: str, figures: boo
 def log_sweep_figures(tracking_uri: str, outcome: SweepOutcome) -> None:
     """The figures of a sweep run with ``figures_later``, logged with its parent run now (the CLI
     prints its tables first: matplotlib takes seconds to import and draw)."""
+    from service.reporting.figures import render_figures  # (matplotlib: imported by the process that draws)
+
     runs = RunStore(tracking_uri)
     try:
         runs.log_figures(outcome.parent_run_id, render_figures(sweep_results(runs, outcome.sweep_id)))

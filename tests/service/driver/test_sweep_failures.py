@@ -37,12 +37,12 @@ def test_a_sweep_whose_trials_fail_leaves_no_run_running(settings):
 
 
 def test_a_figure_that_cannot_be_drawn_fails_nothing(settings, monkeypatch):
-    from service.driver import sweeps
+    from service.reporting import figures
 
     def broken(results):  # injected fault: matplotlib gives up
         raise RuntimeError("no figures today")
 
-    monkeypatch.setattr(sweeps, "render_figures", broken)
+    monkeypatch.setattr(figures, "render_figures", broken)  # (imported where a sweep draws them)
     good = {**BROKEN, "model": {"kind": "mlp", "depth": 2, "width": 16, "init": "torch_default"}, **ONE_WORKER}
     outcome = run_sweep(load_spec("mnist_classification", quick=True, overrides=good), settings)
     client = MlflowClient(settings.resolved_tracking_uri)

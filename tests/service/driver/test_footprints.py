@@ -1,0 +1,87 @@
+"""The sweep's driver measures nothing with torch itself: a pack member's footprint and a lone
+trial's estimate come from a Ray task on a worker (service.driver.observations.Footprints), the
+same numbers as measured in-process; and this machine's GPUs are read without torch."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from search_spaces import load_spec
+from service.driver import observations
+from service.driver.observations import Footprints, local_gpus, pack_footprint, trial_bytes, visible_gpus
+from service.driver.provenance import hardware
+from service.driver.sweeps import trial_memory_limit
+from service.settings import Settings
+from tests.conftest import TINY, ensure_local_ray
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    from workers.data import load_dataset
+
+    settings = Settings(home=tmp_path_factory.mktemp("footprints"), download=False)
+    return load_dataset("digits", settings.resolved_data_dir, False, 200, None, {}, None)
+
+
+@pytest.mark.slow  # (the session's local Ray, started here where it is the first to ask)
+def test_the_footprints_are_measured_by_a_ray_task_as_in_this_process(digits, monkeypatch):
+    import ray
+
+    ensure_local_ray()
+    spec = load_spec("mnist_classification", quick=True, overrides=TINY)
+    expected_pack, expected_trial = pack_footprint(spec, spec.grid_points(), digits), trial_bytes(spec)
+
+    def not_here(*args):  # the measurements must come from the task's worker process, not this one
+        raise AssertionError("measured in the driver's process")
+
+    import workers.footprint
+    import workers.pack_memory
+
+    # (the measuring code, as this process's modules hold it: the task's worker imports its own)
+    monkeypatch.setattr(workers.pack_memory, "measure_footprint", not_here)
+    monkeypatch.setattr(workers.footprint, "estimate", not_here)
+    footprints = Footprints(spec, ray.put(digits))
+    assert footprints.options() == {"num_cpus": 1}  # (a CPU plan: a node that trains on CPUs)
+    assert footprints.pack() == expected_pack and expected_pack.per_member > 0
+    assert footprints.trial_bytes() == expected_trial > 0
+    assert footprints.pack() is footprints.pack()  # measured once a sweep
+
+
+def test_without_ray_the_footprints_are_measured_here(digits, monkeypatch):
+    monkeypatch.setattr(observations.ray, "is_initialized", lambda: False)  # (``actsweep plan`` on this machine)
+    spec = load_spec("mnist_classification", quick=True, overrides=TINY)
+    footprints = Footprints(spec, digits)
+    assert footprints.pack() == pack_footprint(spec, spec.grid_points(), digits)
+    assert footprints.trial_bytes() == trial_bytes(spec) > 0
+
+
+def test_a_trials_memory_limit_asks_for_the_estimate_only_where_it_sets_one():
+    asked = []
+
+    def estimate():
+        asked.append(1)
+        return 1e9
+
+    fused = load_spec("mnist_classification", quick=True, overrides={**TINY, "execution.mode": "fused",
+                                                                      "execution.gpus_per_trial": 0})
+    assert trial_memory_limit(fused, estimate) is None and not asked
+    alone = load_spec("mnist_classification", quick=True, overrides={**TINY, "execution.mode": "per_trial",
+                                                                      "execution.gpus_per_trial": 0})
+    assert trial_memory_limit(alone, estimate) == 3 * 10 ** 9 + 2 * 2 ** 30 and asked == [1]
+    assert trial_memory_limit(alone, lambda: 0.0) is None  # no estimate: no limit
+
+
+def test_gpus_are_read_from_nvidia_smi_as_cuda_visible_devices_leaves_them(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"  # a stand-in that answers as nvidia-smi does for two cards
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559'\necho 'NVIDIA H200, 143771'\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert visible_gpus() == [("NVIDIA H100 80GB HBM3", 81559 * 2 ** 20), ("NVIDIA H200", 143771 * 2 ** 20)]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert local_gpus() == (1, 143771 * 2 ** 20)
+    assert "GPU: NVIDIA H200; torch " in hardware()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert local_gpus() == (0, None) and "GPU: none; torch " in hardware()
