@@ -261,7 +261,7 @@ def variant_overrides(name: str, base: dict, trials: int, cores: int, pack_size:
 @keeps_torch_threads
 def main(argv: list[str] | None = None) -> dict:
     first = argparse.ArgumentParser(add_help=False)
-    first.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping", "load", "cifar"], default="quick")
+    first.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping", "load", "cifar", "start"], default="quick")
     chosen, rest = first.parse_known_args(argv)
     if chosen.workload == "scale":  # bookkeeping at 100-1,000 trials: its own options
         from service.benchmarks.scale import main as scale
@@ -275,9 +275,12 @@ def main(argv: list[str] | None = None) -> dict:
     if chosen.workload == "load":  # the REST API under many clients, with a real Ray head behind it
         from service.benchmarks.load import main as load
         return load(rest)
+    if chosen.workload == "start":  # how fast a sweep starts: CLI and REST, cold and warm, before and after
+        from service.benchmarks.start import main as start
+        return start(rest)
     parser = argparse.ArgumentParser(prog="actsweep bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping", "load", "cifar"], default="quick",
-                        help="quick, paper, scale, bookkeeping, load or cifar (`actsweep bench --workload scale --help`)")
+    parser.add_argument("--workload", choices=[*WORKLOADS, "scale", "bookkeeping", "load", "cifar", "start"], default="quick",
+                        help="quick, paper, scale, bookkeeping, load, cifar or start (`actsweep bench --workload scale --help`)")
     parser.add_argument("--variants", default=None,
                         help=f"comma list of {', '.join(VARIANTS)} (quick: plain,per_trial,fused; paper: all for the device)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
