@@ -17,11 +17,13 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from service.control.local_head import (HEAD_START_S, LocalHead, dashboard_url_of, head_lock, recorded_head,
                                               start_head, stop_head, wait_for_dashboard)
-from service.driver.warm import SERVER_VARIABLE
 from service.patience import poll
 from service.settings import Settings, mask_secrets, write_secret
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# the driver server's socket, in a job's environment: service.driver.warm.SERVER_VARIABLE (named here,
+# not imported: the control plane reaches nothing of the driver, tests/test_layers.py)
+DRIVER_SERVER_VARIABLE = "ACTSWEEP_DRIVER_SERVER"
 TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 
@@ -209,7 +211,7 @@ class RayJobs:
         env = self.driver_environment()
         server = self.ensure_driver_server(env)
         if server:
-            env[SERVER_VARIABLE] = server
+            env[DRIVER_SERVER_VARIABLE] = server
         env.update({  # resolved here so the driver writes where this API reads
             "ACTSWEEP_HOME": str(settings.root),
             "ACTSWEEP_DATA_DIR": str(settings.resolved_data_dir),

@@ -102,7 +102,8 @@ def test_a_warm_home_forks_its_drivers_its_cli_runs_through_it_and_a_killed_driv
                                                 "overrides": {**ONE_TRIAL, "epochs": 400}}).json()["id"]
             wait_for(client, long, lambda r: r["state"] == "running", timeout=120)
         child = int(re.search(rf"forked driver (\d+) for {long}", (temp_dir / "drivers.log").read_text()).group(1))
-        job = [p for p in psutil.process_iter(["cmdline"]) if f"service.driver {long}" in " ".join(p.info["cmdline"] or ())]
+        job = [p for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] != "sh"  # (Ray runs it under sh -c)
+               and f"service.driver {long}" in " ".join(p.info["cmdline"] or ())]
         assert len(job) == 1 and psutil.pid_exists(child)
         job[0].send_signal(signal.SIGKILL)
         assert poll(lambda: not _alive(child), scaled(10), every_s=0.1), "the forked driver outlived its job"
