@@ -123,6 +123,11 @@ class Lease(Base):
     expires_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
 
 
+def waits_for_a_slot(record: SweepRecord) -> bool:
+    """The sweep is queued without a driver, and not being cancelled (SweepStore's queue, in Python)."""
+    return record.state == "queued" and record.ray_job_id is None and not record.cancel_requested
+
+
 class DuplicateIdempotencyKey(Exception):
     pass
 
@@ -211,6 +216,69 @@ class SweepStore:
         """Sweeps not yet in a terminal state (what the reconciler watches), without their trials."""
         with self.session() as session:
             return list(session.scalars(select(SweepRecord).where(SweepRecord.state.not_in(TERMINAL_STATES))))
+
+    # -- the queue: sweeps waiting for a slot, in the order they were recorded ----------------------
+    # A sweep holds a slot while it has a driver (a Ray job id) and is not over; it waits while it is
+    # queued without one (and not being cancelled). service.control.reconciler.dispatch starts them.
+    _WAITING = (SweepRecord.state == "queued") & SweepRecord.ray_job_id.is_(None) & \
+        (SweepRecord.cancel_requested.is_(None) | SweepRecord.cancel_requested.is_(False))
+    _QUEUE_ORDER = (SweepRecord.created_at, SweepRecord.id)
+
+    def queue_counts(self) -> tuple[int, int]:
+        """(sweeps holding a slot, sweeps waiting for one), in one query."""
+        held = SweepRecord.ray_job_id.is_not(None)
+        with self.session() as session:
+            running, waiting = session.execute(
+                select(func.sum(case((held, 1), else_=0)), func.sum(case((self._WAITING, 1), else_=0)))
+                .where(SweepRecord.state.not_in(TERMINAL_STATES))).one()
+        return int(running or 0), int(waiting or 0)
+
+    def waiting_sweeps(self, limit: int | None = None) -> list[SweepRecord]:
+        """The sweeps waiting for a slot, first recorded first (without their trials)."""
+        with self.session() as session:
+            return list(session.scalars(select(SweepRecord).where(self._WAITING)
+                                        .order_by(*self._QUEUE_ORDER).limit(limit)))
+
+    def queue_positions(self) -> dict[str, int]:
+        """Each waiting sweep's place in the queue: 1 is the next to start."""
+        with self.session() as session:
+            ids = session.scalars(select(SweepRecord.id).where(self._WAITING).order_by(*self._QUEUE_ORDER))
+            return {sweep_id: place for place, sweep_id in enumerate(ids, start=1)}
+
+    def cancel_waiting(self, sweep_id: str) -> bool:
+        """Cancel a sweep still waiting for a slot, in one conditional UPDATE: False (nothing written)
+        where a dispatcher gave it a driver first, or it is no longer queued."""
+        with self.session() as session:
+            moved = session.execute(sql_update(SweepRecord).where(SweepRecord.id == sweep_id, self._WAITING)
+                                    .values(state="cancelled", cancel_requested=True, finished_at=utcnow(),
+                                            runs_ended=True)).rowcount  # (no driver: no MLflow run opened)
+            if moved:
+                session.execute(sql_update(TrialRecord).where(TrialRecord.sweep_id == sweep_id,
+                                                          TrialRecord.state.in_(("pending", "running")))
+                                .values(state="cancelled"))
+            session.commit()
+        return bool(moved)
+
+    def record_driver(self, sweep_id: str, job_id: str) -> bool:
+        """Give a waiting sweep its slot: write the job id its first driver will have, in one
+        conditional UPDATE, before that driver is submitted. False (nothing written) where it is no
+        longer waiting: cancelled (:meth:`cancel_waiting` won), or taken by another dispatcher."""
+        with self.session() as session:
+            moved = session.execute(sql_update(SweepRecord).where(SweepRecord.id == sweep_id, self._WAITING)
+                                    .values(ray_job_id=job_id)).rowcount
+            session.commit()
+        return bool(moved)
+
+    def release_driver(self, sweep_id: str, job_id: str) -> bool:
+        """Undo :meth:`record_driver` where the driver could not be submitted (the cluster did not
+        answer): the sweep waits again, in its place. False where the record moved on meanwhile."""
+        with self.session() as session:
+            moved = session.execute(sql_update(SweepRecord).where(SweepRecord.id == sweep_id,
+                                                                  SweepRecord.ray_job_id == job_id,
+                                                                  SweepRecord.state == "queued")
+                                    .values(ray_job_id=None)).rowcount
+            session.commit()
+        return bool(moved)
 
     def sweeps_with_open_runs(self) -> list[SweepRecord]:
         """Sweeps that ended without success whose MLflow runs have not been ended yet."""

@@ -17,7 +17,7 @@ from service.records import (TERMINAL_STATES, DuplicateIdempotencyKey, SweepReco
                              utcnow)
 from service.reporting.aggregate import SweepResults
 from service.runs.store import RunStore
-from service.settings import Settings, mask_secrets
+from service.settings import Settings
 from workers.memory_floor import memory_floor_refusal
 
 
@@ -140,7 +140,9 @@ def _replay(store: SweepStore, settings: Settings, key: str, digest: str) -> Swe
     if first.request_hash != digest:
         raise SubmissionError(409, "Idempotency-Key: already used with another request body; use a new key")
     queued_for = (utcnow() - _utc(first.created_at)).total_seconds()
-    if first.state == "failed" or (first.state == "queued" and queued_for > settings.idempotency_queued_s):
+    # (a sweep waiting for a slot, without a driver yet, is not stuck: its key holds while it waits)
+    stuck = first.state == "queued" and first.ray_job_id is not None and queued_for > settings.idempotency_queued_s
+    if first.state == "failed" or stuck:
         store.release_idempotency_key(first.id)
         return None
     return first
@@ -152,8 +154,10 @@ def _utc(moment):
 
 def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: SweepRequest,
                  idempotency_key: str | None = None) -> tuple[SweepRecord, bool]:
-    """Validate, record and start a sweep; returns (record, replayed). A repeated Idempotency-Key
-    with the same request returns the first sweep made with it; with another request, 409."""
+    """Validate and record a sweep, ``queued``; returns (record, replayed). Its driver is started by
+    the dispatcher (service.control.reconciler.dispatch) when a slot is free, first recorded first:
+    the caller wakes it. A repeated Idempotency-Key with the same request returns the first sweep
+    made with it; with another request, 409."""
     digest = request_hash(body)
     if idempotency_key:
         first = _replay(store, settings, idempotency_key, digest)
@@ -175,23 +179,26 @@ def submit_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, body: Swe
                          trials_total=spec.trial_count, epochs=spec.epochs, idempotency_key=idempotency_key,
                          request_hash=digest)
     try:
-        record = store.create(record, [p.as_dict() for p in spec.grid_points()])
+        return store.create(record, [p.as_dict() for p in spec.grid_points()]), False
     except DuplicateIdempotencyKey:  # a concurrent request with the same key won the race
         return _replay(store, settings, idempotency_key, digest) or store.by_idempotency_key(idempotency_key), True
-    try:
-        job_id = jobs.submit(record.id, experiment=record.experiment)
-    except Exception as exc:  # whatever the cause, the sweep is failed on the record, and the answer says why
-        store.finish(record.id, "failed", error=f"could not start the Ray job: {type(exc).__name__}")
-        raise SubmissionError(503, mask_secrets(f"the Ray cluster did not take the sweep: {type(exc).__name__}: "
-                                                f"{exc}".splitlines()[0][:300])) from exc
-    return store.update(record.id, ray_job_id=job_id), False
 
 
 def cancel_sweep(store: SweepStore, jobs: RayJobs, settings: Settings, sweep_id: str,
                  wait_s: float = 20.0) -> SweepRecord:
-    """Stop a sweep's driver; trials that finished stay in MLflow, running ones end KILLED."""
-    record = reconcile(store, jobs, get_sweep(store, sweep_id, with_trials=False))  # (no restart: it is being cancelled)
+    """Stop a sweep's driver; trials that finished stay in MLflow, running ones end KILLED. A sweep
+    still waiting for a slot is cancelled at once, and never gets a driver."""
+    record = get_sweep(store, sweep_id, with_trials=False)
     if record.state in TERMINAL_STATES:
+        raise SubmissionError(409, f"sweep {sweep_id} already {record.state}")
+    if record.ray_job_id is None and store.cancel_waiting(sweep_id):
+        return store.get(sweep_id, with_trials=False)  # (one conditional write: a dispatcher cannot start it now)
+    asked = False
+    if record.state == "queued":  # a dispatcher gave it a driver meanwhile, which Ray may not know yet: asked
+        store.update(sweep_id, cancel_requested=True)  # first, a driver not found ends it cancelled, not failed
+        asked = True
+    record = reconcile(store, jobs, store.get(sweep_id, with_trials=False))  # (no restart: it is being cancelled)
+    if record.state in TERMINAL_STATES and not (asked and record.state == "cancelled"):
         raise SubmissionError(409, f"sweep {sweep_id} already {record.state}")
     store.update(sweep_id, cancel_requested=True)
     if record.ray_job_id:
