@@ -32,7 +32,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             RunStore(settings.resolved_tracking_uri).ping()
         except RunsUnavailable as exc:
             logger.warning("the MLflow store does not answer yet (%s); sweeps will wait for it", mask_secrets(str(exc)))
-        reconciler = Reconciler(app.state.store, app.state.jobs, settings).start()
+        # (also the dispatcher of waiting sweeps: POST /sweeps wakes it)
+        app.state.reconciler = reconciler = Reconciler(app.state.store, app.state.jobs, settings).start()
         yield
         reconciler.stop()
         WORKER.close()  # the worker process, if a request started one

@@ -92,6 +92,9 @@ class SweepPublic(BaseModel):
     # the execution plan, once the driver has resolved it: mode, packs, GPU share, memory, and why
     # each `auto` resolved so (service/driver/execution_plan.py); null while queued
     plan: dict[str, Any] | None = None
+    # a sweep waiting for a slot (ACTSWEEP_MAX_RUNNING_SWEEPS): its place in the queue, 1 the next to
+    # start; null when it is not waiting (it has a driver, or it is over)
+    queue_position: int | None = None
 
     @field_validator("created_at", "started_at", "finished_at")
     @classmethod
@@ -131,8 +134,17 @@ class ExperimentPublic(BaseModel):
     quick_trials: int
 
 
+class Queue(BaseModel):
+    """The home's sweeps: how many have a driver now, how many wait for a slot, and the most at once."""
+
+    running: int
+    waiting: int
+    max_running: int
+
+
 class Health(BaseModel):
     status: Literal["ok", "degraded"]
     ray: dict[str, Any]
     mlflow: dict[str, Any]
     database: dict[str, Any]
+    queue: Queue | None = None  # as the dispatcher last saw it (null before its first look)

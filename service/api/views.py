@@ -24,15 +24,18 @@ def _links(record: SweepRecord, settings: Settings) -> Links:
                  mlflow_parent_run=run_link(ui, exp, run) if exp and run else None)
 
 
-def to_public(record: SweepRecord, settings: Settings, counts: TrialCounts) -> SweepPublic:
+def to_public(record: SweepRecord, settings: Settings, counts: TrialCounts,
+              queue: dict[str, int] | None = None) -> SweepPublic:
+    """(``queue``: SweepStore.queue_positions, each waiting sweep's place.)"""
     return SweepPublic(id=record.id, name=record.name, experiment=record.experiment, quick=record.quick,
                        overrides=record.overrides, state=record.state, error=record.error,
                        created_at=record.created_at, started_at=record.started_at, finished_at=record.finished_at,
                        progress=_progress(record, counts), links=_links(record, settings),
-                       sequential=record.sequential, plan=record.plan)
+                       sequential=record.sequential, plan=record.plan, queue_position=(queue or {}).get(record.id))
 
 
-def to_detail(record: SweepRecord, settings: Settings, counts: TrialCounts) -> SweepDetail:
+def to_detail(record: SweepRecord, settings: Settings, counts: TrialCounts,
+              queue: dict[str, int] | None = None) -> SweepDetail:
     """(``record`` with its trials, as SweepStore.get gives it.)"""
-    return SweepDetail(**to_public(record, settings, counts).model_dump(), spec=record.spec,
+    return SweepDetail(**to_public(record, settings, counts, queue).model_dump(), spec=record.spec,
                        trials=[TrialPublic.model_validate(t) for t in record.trials])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from service.api.deps import get_jobs, get_settings, get_store, require_token
@@ -11,7 +11,7 @@ from service.api.schemas import SweepCreate, SweepDetail, SweepPage, SweepPublic
 from service.api.views import to_detail, to_public
 from service.control.jobs import RayJobs
 from service.control.submission import SubmissionError, cancel_sweep, get_sweep, submit_sweep, sweep_figures
-from service.records import SWEEP_STATES, TRIAL_STATES, SweepStore
+from service.records import SWEEP_STATES, TRIAL_STATES, SweepRecord, SweepStore, waits_for_a_slot
 from service.runs.store import SweepNotFound
 from service.settings import Settings
 
@@ -19,15 +19,18 @@ router = APIRouter(prefix="/sweeps", tags=["sweeps"], dependencies=[Depends(requ
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=SweepPublic)
-def create_sweep(body: SweepCreate, response: Response,
+def create_sweep(body: SweepCreate, request: Request, response: Response,
                  idempotency_key: str | None = Header(default=None, max_length=200),
                  store: SweepStore = Depends(get_store), jobs: RayJobs = Depends(get_jobs),
                  settings: Settings = Depends(get_settings)):
+    """Record the sweep, queued; its driver starts as soon as a slot is free (ACTSWEEP_MAX_RUNNING_SWEEPS),
+    at once on an idle service, in the order sweeps were submitted."""
     record, replayed = submit_sweep(store, jobs, settings, body, idempotency_key)
+    _wake(request)
     response.headers["Location"] = f"/sweeps/{record.id}"
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    return to_public(record, settings, store.trial_counts([record.id])[record.id])
+    return to_public(record, settings, store.trial_counts([record.id])[record.id], _places(store, [record]))
 
 
 @router.get("", response_model=SweepPage)
@@ -35,8 +38,8 @@ def list_sweeps(offset: int = Query(0, ge=0, le=1_000_000_000), limit: int = Que
                 state: Literal[SWEEP_STATES] | None = None,  # type: ignore[valid-type]
                 store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
     records, total = store.page(offset, limit, state)
-    counts = store.trial_counts([r.id for r in records])
-    return SweepPage(items=[to_public(r, settings, counts[r.id]) for r in records], total=total, offset=offset,
+    counts, queue = store.trial_counts([r.id for r in records]), _places(store, records)
+    return SweepPage(items=[to_public(r, settings, counts[r.id], queue) for r in records], total=total, offset=offset,
                      limit=limit)
 
 
@@ -44,7 +47,7 @@ def list_sweeps(offset: int = Query(0, ge=0, le=1_000_000_000), limit: int = Que
 def read_sweep(sweep_id: str, store: SweepStore = Depends(get_store), settings: Settings = Depends(get_settings)):
     """The sweep as its record says (a read changes nothing: the reconciler keeps the record true)."""
     record = get_sweep(store, sweep_id)
-    return to_detail(record, settings, store.trial_counts([sweep_id])[sweep_id])
+    return to_detail(record, settings, store.trial_counts([sweep_id])[sweep_id], _places(store, [record]))
 
 
 @router.get("/{sweep_id}/trials", response_model=TrialPage)
@@ -58,9 +61,25 @@ def list_trials(sweep_id: str, offset: int = Query(0, ge=0, le=1_000_000_000), l
 
 
 @router.delete("/{sweep_id}", status_code=status.HTTP_202_ACCEPTED, response_model=SweepPublic)
-def delete_sweep(sweep_id: str, store: SweepStore = Depends(get_store), jobs: RayJobs = Depends(get_jobs),
-                 settings: Settings = Depends(get_settings)):
-    return to_public(cancel_sweep(store, jobs, settings, sweep_id), settings, store.trial_counts([sweep_id])[sweep_id])
+def delete_sweep(sweep_id: str, request: Request, store: SweepStore = Depends(get_store),
+                 jobs: RayJobs = Depends(get_jobs), settings: Settings = Depends(get_settings)):
+    """Cancel the sweep: a waiting one at once (it never gets a driver); a running one's driver is
+    stopped, and its slot goes to the next waiting sweep."""
+    record = cancel_sweep(store, jobs, settings, sweep_id)
+    _wake(request)
+    return to_public(record, settings, store.trial_counts([sweep_id])[sweep_id])
+
+
+def _wake(request: Request) -> None:
+    """Have this API's dispatcher look for a sweep to start now (not at its next look)."""
+    dispatcher = getattr(request.app.state, "reconciler", None)
+    if dispatcher is not None:
+        dispatcher.wake()
+
+
+def _places(store: SweepStore, records: list[SweepRecord]) -> dict[str, int]:
+    """The queue's places, asked of the database only where one of ``records`` waits for a slot."""
+    return store.queue_positions() if any(waits_for_a_slot(r) for r in records) else {}
 
 
 def _results(store: SweepStore, settings: Settings, sweep_id: str):
