@@ -74,23 +74,34 @@ MEASUREMENTS = ("cold_cli", "rest", "warm_cli", "demo", "concurrent")
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
 GIB = 2 ** 30
 
-# actsweep run's last line (service/cli.py cmd_run):
+# actsweep run's last line, as it runs a sweep itself (service/cli.py cmd_run):
 #   Wall time 41.3 s: 30.2 s from the command to the first trial-epoch (Ray ready at 9.1 s, planned at
 #   12.0 s, first trial started at 25.3 s), 2.0 s to the last, 9.1 s for the tables and figures
+# or as it submits it to the home's running service (service/warm_run.py):
+#   Wall time 17.3 s: submitted to the service at 1.3 s, its driver running at 3.4 s, ended at 15.0 s,
+#   2.3 s for the tables
 WALL = re.compile(r"Wall time ([\d.]+) s: ([\d.]+) s from the command to the first trial-epoch \((.*?)\), "
                   r"([\d.]+) s to the last, ([\d.]+) s for the tables")
+WALL_SERVICE = re.compile(r"Wall time ([\d.]+) s: submitted to the service at ([\d.]+) s(?:, its driver running at "
+                          r"([\d.]+) s)?, ended at ([\d.]+) s, ([\d.]+) s for the tables")
 MARK = re.compile(r"([A-Za-z][A-Za-z -]*?) at ([\d.]+) s")
 MARK_KEYS = {"Ray ready": "ray_ready_s", "planned": "planned_s", "first trial started": "first_trial_s"}
 
 
 def parse_wall_line(text: str) -> dict[str, float]:
-    """The parts of the last "Wall time" line in ``text``, in seconds from the command: ray_ready_s,
-    planned_s, first_trial_s (where the line gives them), first_epoch_s; wall_s, and training_s and
-    tables_s (durations). {} where there is no such line."""
-    found = list(WALL.finditer(text))
+    """The parts of the last "Wall time" line in ``text``, in seconds from the command. A sweep the CLI
+    ran itself: ray_ready_s, planned_s, first_trial_s (where the line gives them), first_epoch_s; one it
+    submitted to the home's service: submitted_s, driver_running_s (where given), ended_s; both: wall_s
+    and tables_s (a duration), the first also training_s. {} where there is no such line."""
+    found = sorted([*WALL.finditer(text), *WALL_SERVICE.finditer(text)], key=lambda m: m.start())
     if not found:
         return {}
     line = found[-1]
+    if line.re is WALL_SERVICE:
+        wall, submitted, running, ended, tables = line.groups()
+        parts = {"submitted_s": float(submitted), **({"driver_running_s": float(running)} if running else {}),
+                 "ended_s": float(ended)}
+        return {**parts, "wall_s": float(wall), "tables_s": float(tables)}
     parts = {MARK_KEYS.get(name, re.sub(r"\W+", "_", name.strip().lower()) + "_s"): float(value)
              for name, value in MARK.findall(line.group(3))}
     parts.update({"first_epoch_s": float(line.group(2)), "wall_s": float(line.group(1)),
@@ -597,6 +608,8 @@ def parts_line(parts: dict) -> str:
         return "no 'Wall time' line"
     marks = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in parts.items()
                       if k not in ("wall_s", "training_s", "tables_s"))
+    if "submitted_s" in parts:
+        marks = f"through the home's service: {marks}"
     return f"Wall time {parts['wall_s']:.1f} s ({marks})"
 
 

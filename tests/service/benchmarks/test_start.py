@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parents[3]
 # actsweep run's last line, as a one-trial sweep printed it (2 cores, the line service/cli.py's cmd_run prints)
 CAPTURED = ("Wall time 24.8 s: 23.3 s from the command to the first trial-epoch (Ray ready at 15.9 s, planned at "
             "18.1 s, first trial started at 19.7 s), 0.2 s to the last, 1.3 s for the tables and figures")
+# and as the CLI printed it for a sweep it submitted to the home's running service (service/warm_run.py)
+CAPTURED_SERVICE = "Wall time 17.3 s: submitted to the service at 1.3 s, its driver running at 3.4 s, ended at 15.0 s, 2.3 s for the tables"
 
 
 def test_the_wall_time_line_gives_the_start_s_parts():
@@ -30,10 +32,22 @@ def test_the_wall_time_line_gives_the_start_s_parts():
     assert parse_wall_line("actsweep: sweep failed\n") == {}
 
 
-def test_the_cli_still_prints_the_line_the_bench_reads():
+def test_the_wall_time_line_of_a_sweep_run_through_the_home_s_service():
+    assert parse_wall_line("Report again: actsweep report fb4\n" + CAPTURED_SERVICE + "\n") == {
+        "submitted_s": 1.3, "driver_running_s": 3.4, "ended_s": 15.0, "wall_s": 17.3, "tables_s": 2.3}
+    assert parse_wall_line(CAPTURED_SERVICE.replace("its driver running at 3.4 s, ", "")) == {
+        "submitted_s": 1.3, "ended_s": 15.0, "wall_s": 17.3, "tables_s": 2.3}  # (a sweep it never saw running)
+    assert parse_wall_line(CAPTURED + "\n" + CAPTURED_SERVICE)["ended_s"] == 15.0  # the last line counts
+
+
+def test_the_cli_still_prints_the_lines_the_bench_reads():
     source = (REPO / "service" / "cli.py").read_text()
     for piece in ('console.print(f"Wall time ', 's from the command "', 'to the first trial-epoch ({start}, first trial '
                   'started at ', 's to the last, ', 's for the tables "', 'marks = {"Ray ready": '):
+        assert piece in source, piece
+    source = (REPO / "service" / "warm_run.py").read_text()
+    for piece in ('console.print(f"Wall time ', ' s: submitted to the service at "', '", its driver running at ',
+                  '", ended at {ended - started:.1f} s, {time.time() - ended:.1f} s for the tables"'):
         assert piece in source, piece
 
 
