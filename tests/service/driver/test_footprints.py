@@ -85,3 +85,17 @@ def test_gpus_are_read_from_nvidia_smi_as_cuda_visible_devices_leaves_them(tmp_p
     assert "GPU: NVIDIA H200; torch " in hardware()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert local_gpus() == (0, None) and "GPU: none; torch " in hardware()
+
+
+def test_the_measuring_task_asks_for_a_sliver_of_a_gpu_where_the_trials_train_on_gpus():
+    from service.driver.execution_plan import Cluster, Node
+    from service.driver.observations import trains_on_gpu
+
+    gpus, cpus = Cluster((Node(16, 1, 128e9),), 80e9), Cluster((Node(2, 0, 8e9),))
+    spec = load_spec("mnist_classification", quick=True, overrides=TINY)  # (gpus_per_trial: auto)
+    on_cpus = load_spec("mnist_classification", quick=True, overrides={**TINY, "execution.gpus_per_trial": 0})
+    on_one = load_spec("mnist_classification", quick=True, overrides={**TINY, "execution.gpus_per_trial": 1})
+    assert trains_on_gpu(spec, gpus) and trains_on_gpu(on_one, gpus)
+    assert not trains_on_gpu(on_cpus, gpus) and not trains_on_gpu(spec, cpus)
+    assert not trains_on_gpu(on_one, cpus)  # (no GPU to wait for: the plan refuses it by name)
+    assert Footprints(spec, None, on_gpu=True).options() == {"num_gpus": 0.001, "num_cpus": 0}
