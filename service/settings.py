@@ -107,8 +107,9 @@ class Settings(BaseSettings):
     # they were submitted. Unset: max(1, min(the cluster's CPUs, its memory / 1.5 GiB)) (service.control.reconciler)
     max_running_sweeps: int | None = Field(None, ge=1)
     # a home's own head keeps a driver server (service.driver.warm: the driver's imports done, about
-    # 0.3 GB) that forks each sweep's driver; it exits after this long with no sweep (seconds; 0: none)
-    warm_driver_idle_s: float = 900.0
+    # 0.3 GB) that forks each sweep's driver, and warm trial workers (torch imported, about 0.6 GB
+    # each, one per CPU up to 4); both are released after this long with no sweep (seconds; 0: none)
+    warm_idle_s: float = 900.0
 
     @model_validator(mode="after")
     def _read_secret_files(self) -> "Settings":

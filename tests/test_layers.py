@@ -21,7 +21,7 @@ PRODUCT = ("service", "workers", "search_spaces")  # what the package installs (
 # the layer of each room: a module may import its own layer and those below it
 LAYERS = [("workers", 0), ("search_spaces", 1), ("service.settings", 1), ("service.patience", 1),
           ("service.ports", 1), ("service.ray_address", 1), ("service.ray_session", 1), ("service.background", 1), ("service.lock", 1), ("service.runs", 2), ("service.records", 2), ("service.records_migrations", 2),
-          ("service.reporting", 3), ("service.control", 4), ("service.driver", 4), ("service.api", 5), ("service.cli", 5), ("service.benchmarks", 5),
+          ("service.reporting", 3), ("service.control", 4), ("service.driver", 4), ("service.api", 5), ("service.cli", 5), ("service.warm_run", 5), ("service.benchmarks", 5),
           ("service.local_servers", 5),
           ("benchmarks", 6)]  # investigations a developer reruns (python benchmarks/NAME.py): they import the product
 

@@ -3,6 +3,7 @@ outlives an API restart (Ray's job submission API, through the dashboard's HTTP 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import secrets
 import shlex
@@ -24,6 +25,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # the driver server's socket, in a job's environment: service.driver.warm.SERVER_VARIABLE (named here,
 # not imported: the control plane reaches nothing of the driver, tests/test_layers.py)
 DRIVER_SERVER_VARIABLE = "ACTSWEEP_DRIVER_SERVER"
+WARM_TRIAL_WORKERS = 4  # at most this many warm trial workers (each about 0.6 GB: torch imported)
 TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 
@@ -210,20 +212,22 @@ class RayJobs:
         self.ensure_cluster()  # reattach, or start the local head again (ClusterUnreachable if neither)
         env = self.driver_environment()
         server = self.ensure_driver_server(env)
-        if server:
-            env[DRIVER_SERVER_VARIABLE] = server
-        env.update({  # resolved here so the driver writes where this API reads
-            "ACTSWEEP_HOME": str(settings.root),
-            "ACTSWEEP_DATA_DIR": str(settings.resolved_data_dir),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-        })
-        entrypoint = f"{shlex.quote(sys.executable)} -m service.driver {shlex.quote(sweep_id)}"
         job_id = job_id_for(sweep_id, restart)
+        entrypoint = f"{shlex.quote(sys.executable)} -m service.driver {shlex.quote(sweep_id)}"
+        runtime_env = {"env_vars": env}
+        if server:
+            # A job with no runtime environment of its own: Ray gives an actor a waiting worker only where
+            # their runtime environments are the same, so its trials take the warm trial workers (started
+            # with none). The driver reads its environment from a file only its owner reads.
+            env[DRIVER_SERVER_VARIABLE] = server
+            env_file = write_secret(settings.root / "ray" / "drivers" / f"{job_id}.json", json.dumps(env))
+            entrypoint = (f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])} {entrypoint} "
+                          f"--environment {shlex.quote(str(env_file))}")
+            runtime_env = None
         started = time.monotonic()
         while True:
             try:
-                return self.client.submit_job(entrypoint=entrypoint, submission_id=job_id,
-                                              runtime_env={"env_vars": env},
+                return self.client.submit_job(entrypoint=entrypoint, submission_id=job_id, runtime_env=runtime_env,
                                               # job_name: the name Ray's dashboard lists the job by
                                               metadata={"job_name": " ".join(filter(None, ("actsweep", experiment, sweep_id))),
                                                         "sweep_id": sweep_id, "experiment": experiment})
@@ -257,9 +261,10 @@ class RayJobs:
     def ensure_driver_server(self, env: dict[str, str] | None = None) -> str | None:
         """The socket of this home's driver server (service.driver.warm), started where it is not
         running; None where drivers start cold: a cluster we joined (its jobs run on its head, not
-        here), or ACTSWEEP_WARM_DRIVER_IDLE_S=0."""
+        here), or ACTSWEEP_WARM_IDLE_S=0. The server also keeps warm trial workers ready: one per CPU, up
+        to WARM_TRIAL_WORKERS."""
         head = recorded_head(self.settings)
-        if self._joins_a_cluster() or head is None or self.settings.warm_driver_idle_s <= 0:
+        if self._joins_a_cluster() or head is None or self.settings.warm_idle_s <= 0:
             return None
         path = str(Path(head.temp_dir) / "drivers.sock")
         if _answers(path):
@@ -267,8 +272,10 @@ class RayJobs:
         with head_lock(self.settings):  # (one server: concurrent submissions find the one the first started)
             if not _answers(path) and Path(head.temp_dir).is_dir():
                 log = open(Path(head.temp_dir) / "drivers.log", "ab")
+                trial_workers = min(WARM_TRIAL_WORKERS, int(self.settings.num_cpus or os.cpu_count() or 1))
                 subprocess.Popen([sys.executable, "-m", "service.driver.warm", "serve", path,
-                                  str(self.settings.warm_driver_idle_s)],
+                                  str(self.settings.warm_idle_s), str(trial_workers if head.node_manager_port else 0),
+                                  f"127.0.0.1:{head.node_manager_port}"],
                                  # (Ray reads RAY_AUTH_MODE as it is imported: as the head's jobs have it)
                                  env={**os.environ, **(env or self.driver_environment()), "RAY_AUTH_MODE": "token"},
                                  cwd=str(REPO_ROOT),

@@ -28,9 +28,12 @@ HEAD_START_S = 60  # how long a started head's dashboard has to answer
 
 # Ray keeps up to one idle worker process per CPU ready for tasks, each about 0.55 CPU-s a minute
 # while the head waits (docs/rest.md). A sweep's trials are actors, which take a worker process each
-# and end it with the actor, so a head that lives between sweeps need keep none: with a soft limit of
-# 0 an idle worker is ended a second after it goes idle (Ray's idle_worker_killing_time_threshold_ms).
-HEAD_SYSTEM_CONFIG = {"num_workers_soft_limit": 0}
+# and end it with the actor, so a head that lives between sweeps keeps none of its own: with a soft
+# limit of 0 an idle worker is ended a second after it goes idle (Ray's
+# idle_worker_killing_time_threshold_ms). The exceptions are the warm trial workers a home's driver
+# server asks for, kept for ACTSWEEP_WARM_IDLE_S; each imports a trial's modules as it starts
+# (workers.prestart, which does nothing in a worker started for a job).
+HEAD_SYSTEM_CONFIG = {"num_workers_soft_limit": 0, "preload_python_modules": ["workers.prestart"]}
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class LocalHead:
     dashboard_url: str
     gcs_address: str
     temp_dir: str
+    node_manager_port: int | None = None  # its raylet's (asked for warm trial workers: service.driver.warm)
 
     def processes(self) -> list[psutil.Process]:
         """The head's processes: those whose command line names its temp folder or, as Ray Client's
@@ -123,12 +127,13 @@ def _start_head_once(settings: Settings, dashboard_url: str | None, ray_cli: str
     dashboard_port = urlparse(dashboard_url).port if dashboard_url else free_port()
     gcs_port = free_port()
     head = LocalHead(dashboard_url=f"http://127.0.0.1:{dashboard_port}", gcs_address=f"127.0.0.1:{gcs_port}",
-                     temp_dir=_temp_dir(settings))
+                     temp_dir=_temp_dir(settings), node_manager_port=free_port())
     command = [ray_cli, "start", "--head", "--node-ip-address", "127.0.0.1", "--temp-dir", head.temp_dir,
                "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port), "--include-dashboard", "true",
                # free ports, not Ray's fixed defaults, which another Ray on this machine may hold
                "--port", str(gcs_port), "--dashboard-agent-listen-port", str(free_port()),
-               "--ray-client-server-port", str(free_port()), "--system-config", json.dumps(HEAD_SYSTEM_CONFIG)]
+               "--ray-client-server-port", str(free_port()), "--node-manager-port", str(head.node_manager_port),
+               "--system-config", json.dumps(HEAD_SYSTEM_CONFIG)]
     if settings.num_cpus:
         command += ["--num-cpus", str(settings.num_cpus)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, start_new_session=True,

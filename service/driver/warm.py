@@ -11,10 +11,16 @@ folder and its stdout and stderr (the job's log), forwards the signals Ray sends
 the driver's exit code. A driver whose job process is killed dies with it, so a dead driver is
 still seen and replaced (service.control.reconciler) as before.
 
+The server also keeps warm trial workers waiting on the head: Ray worker processes started for no
+job yet, in the runtime environment Ray Tune gives its trials, that import torch and the trainable
+as they start (workers.prestart), one per CPU up to four, and one for the driver's footprint task.
+A sweep's trial then starts in a fraction of a second; the server asks for more as each driver ends.
+
 Where no server answers (a cluster's head on another machine, a server released after
-ACTSWEEP_WARM_DRIVER_IDLE_S, or one that died), the entrypoint runs the driver in its own process,
-as it always did. The server holds one process's memory (the driver's imports, about 0.3 GB) and
-exits after that idle time with no driver running; the next submission starts it again.
+ACTSWEEP_WARM_IDLE_S, or one that died), the entrypoint runs the driver in its own process, as it
+always did. The server holds one process's memory (the driver's imports, about 0.3 GB), each warm
+worker about 0.6 GB; the server exits after that idle time with no driver running, and Ray ends the
+warm workers after it too. The next submission starts the server again.
 
 This module imports only the standard library at the top: the entrypoint runs it before anything.
 """
@@ -95,23 +101,31 @@ def _send(pid: int, signum: int) -> None:
 # -- the server's side ---------------------------------------------------------------------------------
 
 
-def serve(path: str, idle_s: float) -> int:
+def serve(path: str, idle_s: float, trial_workers: int = 0, raylet: str = "") -> int:
     """Import the driver, then fork a driver for each request on the Unix socket ``path``; exit
-    after ``idle_s`` seconds with no request and no driver alive."""
+    after ``idle_s`` seconds with no request and no driver alive. With ``trial_workers``, keep that
+    many warm trial workers waiting on the head's raylet (``raylet``: its node manager's address),
+    asked for as the server starts and again as each driver ends."""
     if os.path.exists(path):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)  # (bound first: a job that asks while the imports run waits for them)
     os.chmod(path, 0o600)  # (the owner's drivers only)
     listener.listen(64)
-    from service.driver.__main__ import drive  # the imports every driver needs, done once
+    from service.driver.drive import drive  # the imports every driver needs, done once
 
     assert threading.active_count() == 1, "a process that forks must not run threads"
     listener.settimeout(1.0)
     children: set[int] = set()
+    helpers: set[int] = set()  # (the forked processes that ask for warm trial workers)
+    warm = lambda: helpers.add(_fork(_top_up, trial_workers, raylet, os.path.dirname(path), idle_s))  # noqa: E731
+    if trial_workers:
+        warm()
     last_busy = time.monotonic()
     while True:
-        _reap(children)
+        _reap(helpers)
+        if _reap(children) and trial_workers:
+            warm()
         if children:
             last_busy = time.monotonic()
         elif time.monotonic() - last_busy > idle_s:
@@ -158,7 +172,9 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(body), fds
 
 
-def _reap(children: set[int]) -> None:
+def _reap(children: set[int]) -> int:
+    """Forget the children that have ended; how many had."""
+    ended = 0
     for pid in list(children):
         try:
             done, _ = os.waitpid(pid, os.WNOHANG)
@@ -166,6 +182,87 @@ def _reap(children: set[int]) -> None:
             done = pid
         if done:
             children.discard(pid)
+            ended += 1
+    return ended
+
+
+def _fork(function, *args) -> int:
+    """``function(*args)`` in a forked child (the server itself starts no threads: it forks)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            function(*args)
+        except BaseException as exc:
+            print(f"warm trial workers not asked for: {type(exc).__name__}: {exc}", flush=True)
+            code = 1
+        os._exit(code)
+    return pid
+
+
+# -- warm trial workers ----------------------------------------------------------------------------
+# Ray gives an actor a waiting worker process where their runtime environments are the same, and a
+# worker started for no job can go to any job. The head's workers import a trial's modules as they
+# start where they belong to no job yet (workers.prestart). So a job without a runtime environment
+# of its own (service.control.jobs) has its trials start in a worker that has torch imported.
+
+
+def tune_runtime_env() -> dict:
+    """The runtime environment Ray Tune gives every trial actor (its few variables), which a warm
+    trial worker must have for Ray to give it a trial."""
+    from ray.tune.execution.class_cache import DEFAULT_ENV_VARS, ENV_VARS_TO_PROPAGATE
+
+    return {"env_vars": {**DEFAULT_ENV_VARS, **{k: os.environ[k] for k in ENV_VARS_TO_PROPAGATE if k in os.environ}}}
+
+
+def _top_up(wanted: int, raylet: str, temp_dir: str, keep_alive_s: float) -> None:
+    """Ask the head's raylet for warm workers until ``wanted`` trial workers (Tune's runtime
+    environment) and one task worker (none: the driver's footprint task) wait or start; they are
+    kept for ``keep_alive_s``, then ended as any idle worker is."""
+    from ray._private.grpc_utils import init_grpc_channel
+    from ray._private.utils import get_runtime_env_info, parse_runtime_env_for_task_or_actor
+    from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
+
+    stub = node_manager_pb2_grpc.NodeManagerServiceStub(init_grpc_channel(raylet))
+    waiting = warm_workers(temp_dir)
+    for kind, runtime_env, count in (("trial", tune_runtime_env(), wanted), ("task", None, 1)):
+        missing = count - len(waiting[kind])
+        if missing <= 0:
+            continue
+        request = node_manager_pb2.PrestartWorkersRequest(language=common_pb2.PYTHON, num_workers=missing,
+                                                          keep_alive_duration_secs=int(keep_alive_s))
+        if runtime_env:
+            request.runtime_env_info.CopyFrom(get_runtime_env_info(parse_runtime_env_for_task_or_actor(runtime_env)))
+        stub.PrestartWorkers(request, timeout=10)
+        print(f"asked for {missing} warm {kind} worker(s)", flush=True)
+
+
+def warm_workers(temp_dir: str) -> dict[str, list[int]]:
+    """The processes of the head in ``temp_dir`` started for no job that wait, or still start, by
+    kind: "trial" (Tune's runtime environment) or "task" (a worker given work takes its name)."""
+    import psutil
+
+    raylets = [p.pid for p in psutil.process_iter(["name", "cmdline"])
+               if p.info["name"] == "raylet" and f"--temp_dir={temp_dir}" in (p.info["cmdline"] or ())]
+    found = {"trial": [], "task": []}
+    tune_variables = tune_runtime_env()["env_vars"]
+    for raylet in raylets:
+        try:
+            children = psutil.Process(raylet).children()
+        except psutil.NoSuchProcess:
+            continue
+        for child in children:
+            try:
+                name = child.name()
+                environ = child.environ()
+                if (name == "ray::IDLE" or not name.startswith("ray::")) and environ.get("RAY_JOB_ID") == "ffffffff":
+                    trial = all(environ.get(k) == v for k, v in tune_variables.items())
+                    found["trial" if trial else "task"].append(child.pid)
+            except psutil.Error:
+                continue
+    return found
 
 
 def _run_driver(drive, conn: socket.socket, request: dict, fds: list[int]) -> None:
@@ -219,7 +316,7 @@ def _stop_when_orphaned(conn: socket.socket) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "serve":
-        print("usage: python -m service.driver.warm serve SOCKET IDLE_S", file=sys.stderr)
+    if len(sys.argv) not in (4, 6) or sys.argv[1] != "serve":
+        print("usage: python -m service.driver.warm serve SOCKET IDLE_S [TRIAL_WORKERS RAYLET_ADDRESS]", file=sys.stderr)
         sys.exit(2)
-    sys.exit(serve(sys.argv[2], float(sys.argv[3])))
+    sys.exit(serve(sys.argv[2], float(sys.argv[3]), *([int(sys.argv[4]), sys.argv[5]] if len(sys.argv) == 6 else [])))

@@ -28,8 +28,9 @@ ONE_TRIAL = {**TINY, "activation": ["relu"], "seeds": 1}  # what runs is not the
 
 
 def _own_head_env(tmp_path: Path, name: str) -> dict[str, str]:
+    # (warm processes released 5 s after the last sweep: the test sees the head keep none after that)
     env = {**os.environ, "ACTSWEEP_HOME": str(new_home(tmp_path / name)), "ACTSWEEP_DOWNLOAD": "false",
-           "ACTSWEEP_NUM_CPUS": "2"}
+           "ACTSWEEP_NUM_CPUS": "2", "ACTSWEEP_WARM_IDLE_S": "5"}
     for variable in ("ACTSWEEP_RAY_DASHBOARD_URL", "ACTSWEEP_RAY_ADDRESS", "ACTSWEEP_START_LOCAL_RAY",
                      "ACTSWEEP_RAY_TEMP_DIR"):
         env.pop(variable, None)
@@ -93,7 +94,8 @@ def test_two_homes_run_side_by_side_each_on_its_own_head_and_stop_it(tmp_path):
                 done = wait_for(client, sweeps[name], finished, timeout=300)
             assert done["state"] == "succeeded", done["error"]
             assert done["links"]["ray_job"].startswith(heads[name].dashboard_url)  # on its own head
-        # between sweeps the head ends its idle worker processes (each costs CPU while it waits: HEAD_SYSTEM_CONFIG)
+        # between sweeps the head ends its idle worker processes (each costs CPU while it waits: HEAD_SYSTEM_CONFIG),
+        # the warm ones once ACTSWEEP_WARM_IDLE_S has passed with no sweep
         assert poll(lambda: not _idle_workers(heads["a"]), timeout_s=30), _idle_workers(heads["a"])
 
         # b: a long sweep holds its head; `stop` refuses, naming it; --force ends the head, the sweep interrupted

@@ -1,6 +1,6 @@
 """A warm home (service.driver.warm, service.warm_run): the driver server forks each sweep's driver
-for the Ray job that asks, a driver whose job process is killed dies with it, and `actsweep run`
-goes through the home's running service."""
+for the Ray job that asks, its trials take the warm trial workers, a driver whose job process is
+killed dies with it, and `actsweep run` goes through the home's running service."""
 from __future__ import annotations
 
 import os
@@ -15,6 +15,7 @@ import httpx
 import psutil
 import pytest
 
+from service.driver.warm import warm_workers
 from service.local_servers import ApiServer
 from service.patience import poll
 from tests.conftest import new_home
@@ -78,14 +79,21 @@ def test_a_warm_home_forks_its_drivers_its_cli_runs_through_it_and_a_killed_driv
     try:
         head = httpx.get(f"{server.url}/healthz", timeout=30).json()
         assert head["status"] == "ok", head
+        temp_dir = Path(_head_temp_dir(env))
+        # warm trial workers wait on the head (one per CPU): torch imported, in Tune's runtime environment
+        assert poll(lambda: len(warm_workers(str(temp_dir))["trial"]) == 2, scaled(120), every_s=0.5), \
+            (temp_dir / "drivers.log").read_text()
+        warm = set(warm_workers(str(temp_dir))["trial"])
         with server.client() as client:
             posted = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
                                                   "overrides": ONE_TRIAL}).json()
             done = wait_for(client, posted["id"], finished, timeout=300)
         assert done["state"] == "succeeded", done["error"]
-        temp_dir = Path(done["links"]["ray_dashboard"] and _head_temp_dir(env))
         forks = (temp_dir / "drivers.log").read_text()
         assert f"for {posted['id']}" in forks, forks  # its driver was forked by the home's driver server
+        trial_processes = {task["worker_pid"] for task in _ray_tasks(done["links"]["ray_dashboard"])
+                           if task["name"] == "ImplicitFunc.__init__"}
+        assert trial_processes and trial_processes <= warm, (trial_processes, warm)  # its trial took a warm worker
 
         # the CLI finds the home's service and submits there: no Ray of its own, the same tables
         run = _cli(env, "run", "mnist_classification", "--quick", "--set", "epochs=1", "--set", "train_subset=1000",
@@ -110,6 +118,14 @@ def test_a_warm_home_forks_its_drivers_its_cli_runs_through_it_and_a_killed_driv
     finally:
         server.stop()
         _cli(env, "stop", "--force")
+
+
+def _ray_tasks(dashboard: str) -> list[dict]:
+    from service.control.jobs import ray_auth_headers
+
+    answer = httpx.get(f"{dashboard}/api/v0/tasks", params={"detail": "true", "limit": 1000},
+                       headers=ray_auth_headers(), timeout=30)
+    return answer.json()["data"]["result"]["result"]
 
 
 def _head_temp_dir(env: dict) -> str:
