@@ -17,6 +17,7 @@ import ray
 
 from search_spaces import SweepSpec
 from service.driver.execution_plan import Cluster, ExecutionPlan, Node, resolve_plan
+from service.driver.trial_env import tune_runtime_env
 from workers.data import Splits
 from workers.pack_footprint import PackFootprint
 from workers.trial import GridPoint
@@ -98,18 +99,25 @@ class Footprints:
     ``data``: the sweep's splits, or their ref in Ray's object store."""
 
     def __init__(self, spec: SweepSpec, data: Splits | ray.ObjectRef, points: list[GridPoint] | None = None,
-                 on_gpu: bool = False):
-        self.spec, self.data, self.on_gpu = spec, data, on_gpu
+                 on_gpu: bool = False, kept: "KeptFootprints | None" = None):
+        self.spec, self.data, self.on_gpu, self.kept = spec, data, on_gpu, kept
         self.points = spec.grid_points() if not points else points
         self._pack: PackFootprint | None = None
         self._trial: float | None = None
 
     def options(self) -> dict:
-        """The Ray resources of a measuring task: where the trials will run."""
-        return {"num_gpus": 0.001, "num_cpus": 0} if self.on_gpu else {"num_cpus": 1}
+        """The Ray resources of a measuring task: where the trials will run; and the runtime
+        environment Tune gives its trials, so that in a warm home it runs in a warm trial worker
+        (torch imported: service.driver.warm) and leaves that worker to the sweep's first trial."""
+        where = {"num_gpus": 0.001, "num_cpus": 0} if self.on_gpu else {"num_cpus": 1}
+        return {**where, "runtime_env": tune_runtime_env()}
 
     def pack(self) -> PackFootprint:
-        """The measured footprint of a pack member (a real step of a small pack, about a second)."""
+        """The measured footprint of a pack member (a real step of a small pack, about a second; or
+        the one measured for the same members, data and code before: ``kept``)."""
+        if self._pack is None and self.kept is not None:
+            found = self.kept.get("pack", self._members())
+            self._pack = PackFootprint(*found) if found else None
         if self._pack is None:
             if ray.is_initialized():
                 if not isinstance(self.data, ray.ObjectRef):
@@ -118,14 +126,66 @@ class Footprints:
                 self._pack = PackFootprint(*ray.get(task))
             else:
                 self._pack = pack_footprint(self.spec, self.points, self.data)
+            if self.kept is not None:
+                self.kept.put("pack", self._members(), [self._pack.fixed, self._pack.per_member])
         return self._pack
 
     def trial_bytes(self) -> float:
         """One lone trial's estimated memory in bytes (0 where unknown)."""
+        if self._trial is None and self.kept is not None:
+            self._trial = self.kept.get("trial", self.spec.model_dump(mode="json"))
         if self._trial is None:
             self._trial = (ray.get(_trial_bytes_task.options(**self.options()).remote(self.spec))
                            if ray.is_initialized() else trial_bytes(self.spec))
+            if self.kept is not None:
+                self.kept.put("trial", self.spec.model_dump(mode="json"), self._trial)
         return self._trial
+
+    def _members(self) -> list:
+        """What a pack's measured footprint depends on: its members' trial configs (as measured)."""
+        one_per_activation = list({p.activation: p for p in self.points}.values())
+        return [repr(replace(self.spec.trial_config(p), compile=False)) for p in one_per_activation]
+
+
+class KeptFootprints:
+    """Footprints measured before, kept in a folder of the home: the same members (or spec), on the
+    same data, by the same code, measure the same, so a sweep that repeats one skips its Ray task
+    (a worker's start and a step: seconds). ``identity``: the data's fingerprint and sizes and the
+    code's version, part of every key."""
+
+    def __init__(self, folder, identity: dict):
+        from pathlib import Path
+
+        self.folder, self.identity = Path(folder), identity
+
+    def _path(self, kind: str, what):
+        import hashlib
+        import json
+
+        key = json.dumps({"kind": kind, "what": what, **self.identity}, sort_keys=True, default=str)
+        return self.folder / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+    def get(self, kind: str, what):
+        """The value kept for ``kind`` and ``what``, or None."""
+        import json
+
+        try:
+            return json.loads(self._path(kind, what).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def put(self, kind: str, what, value) -> None:
+        """Keep ``value`` (written whole or not at all; a folder that cannot be written keeps nothing)."""
+        import json
+
+        path = self._path(kind, what)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(f".{os.getpid()}.part")
+            partial.write_text(json.dumps(value))
+            partial.replace(path)
+        except OSError:
+            pass
 
 
 def observe_this_machine(num_cpus: int | None = None) -> Cluster:

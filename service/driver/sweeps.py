@@ -22,7 +22,7 @@ from ray.tune.logger import JsonLoggerCallback
 from search_spaces import LrSearch, SweepSpec, packs
 from service.driver.data import load_splits  # (re-exported: callers import it from here)
 from service.driver.execution_plan import ExecutionPlan
-from service.driver.observations import Footprints, observe_cluster, plan_sweep, trains_on_gpu
+from service.driver.observations import Footprints, KeptFootprints, observe_cluster, plan_sweep, trains_on_gpu
 from service.driver.provenance import code_version, hardware
 from service.lock import environment_lock
 from service.patience import cannot_write
@@ -293,7 +293,10 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     connect_ray(settings)
     cluster = observe_cluster(local=not (settings.ray_address or os.environ.get("RAY_ADDRESS")))
     splits_ref = ray.put(splits)  # (once: the footprint's task and the trials read it)
-    footprints = Footprints(spec, splits_ref, on_gpu=trains_on_gpu(spec, cluster))  # (measured by Ray tasks, once)
+    code = code_version()  # (footprints are kept for committed code only: a changed one may measure otherwise)
+    kept = None if code.endswith("+dirty") else KeptFootprints(
+        settings.root / "footprints", {"data": splits.fingerprint(), "sizes": splits.sizes(), "code": code})
+    footprints = Footprints(spec, splits_ref, on_gpu=trains_on_gpu(spec, cluster), kept=kept)  # (Ray tasks, once)
     plan = plan_sweep(spec, splits_ref, settings.cuda_context_mb * 2 ** 20, cluster=cluster, footprints=footprints)
     spec = plan.resolved(spec)  # (from here on: no auto)
     if on_plan:

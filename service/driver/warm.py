@@ -13,7 +13,8 @@ still seen and replaced (service.control.reconciler) as before.
 
 The server also keeps warm trial workers waiting on the head: Ray worker processes started for no
 job yet, in the runtime environment Ray Tune gives its trials, that import torch and the trainable
-as they start (workers.prestart), one per CPU up to four, and one for the driver's footprint task.
+as they start (workers.prestart): one per CPU up to four, and one more (the driver's footprint task
+takes one first, in the same runtime environment, and leaves it to a trial).
 A sweep's trial then starts in a fraction of a second; the server asks for more as each driver ends.
 
 Where no server answers (a cluster's head on another machine, a server released after
@@ -34,6 +35,8 @@ import struct
 import sys
 import threading
 import time
+
+from service.driver.trial_env import tune_runtime_env
 
 SERVER_VARIABLE = "ACTSWEEP_DRIVER_SERVER"  # the server's socket, in a job's environment
 CONNECT_TIMEOUT_S = 2.0  # a server that does not take the connection this soon is not used: the driver starts cold
@@ -209,48 +212,36 @@ def _fork(function, *args) -> int:
 # of its own (service.control.jobs) has its trials start in a worker that has torch imported.
 
 
-def tune_runtime_env() -> dict:
-    """The runtime environment Ray Tune gives every trial actor (its few variables), which a warm
-    trial worker must have for Ray to give it a trial."""
-    from ray.tune.execution.class_cache import DEFAULT_ENV_VARS, ENV_VARS_TO_PROPAGATE
-
-    return {"env_vars": {**DEFAULT_ENV_VARS, **{k: os.environ[k] for k in ENV_VARS_TO_PROPAGATE if k in os.environ}}}
-
-
 def _top_up(wanted: int, raylet: str, temp_dir: str, keep_alive_s: float) -> None:
-    """Ask the head's raylet for warm workers until ``wanted`` trial workers (Tune's runtime
-    environment) and one task worker (none: the driver's footprint task) wait or start; they are
-    kept for ``keep_alive_s``, then ended as any idle worker is."""
+    """Ask the head's raylet for warm trial workers (Tune's runtime environment) until ``wanted``
+    wait or start; they are kept for ``keep_alive_s``, then ended as any idle worker is."""
     from ray._private.grpc_utils import init_grpc_channel
     from ray._private.utils import get_runtime_env_info, parse_runtime_env_for_task_or_actor
     from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
 
     stub = node_manager_pb2_grpc.NodeManagerServiceStub(init_grpc_channel(raylet))
-    waiting = warm_workers(temp_dir)
-    for kind, runtime_env, count in (("trial", tune_runtime_env(), wanted), ("task", None, 1)):
-        missing = count - len(waiting[kind])
-        if missing <= 0:
-            continue
-        request = node_manager_pb2.PrestartWorkersRequest(language=common_pb2.PYTHON, num_workers=missing,
-                                                          keep_alive_duration_secs=int(keep_alive_s))
-        if runtime_env:
-            request.runtime_env_info.CopyFrom(get_runtime_env_info(parse_runtime_env_for_task_or_actor(runtime_env)))
-        stub.PrestartWorkers(request, timeout=10)
-        print(f"asked for {missing} warm {kind} worker(s)", flush=True)
+    missing = wanted - len(warm_workers(temp_dir))
+    if missing <= 0:
+        return
+    request = node_manager_pb2.PrestartWorkersRequest(language=common_pb2.PYTHON, num_workers=missing,
+                                                      keep_alive_duration_secs=int(keep_alive_s))
+    request.runtime_env_info.CopyFrom(get_runtime_env_info(parse_runtime_env_for_task_or_actor(tune_runtime_env())))
+    stub.PrestartWorkers(request, timeout=10)
+    print(f"asked for {missing} warm trial worker(s)", flush=True)
 
 
-def warm_workers(temp_dir: str) -> dict[str, list[int]]:
-    """The processes of the head in ``temp_dir`` started for no job that wait, or still start, by
-    kind: "trial" (Tune's runtime environment) or "task" (a worker given work takes its name)."""
+def warm_workers(temp_dir: str) -> list[int]:
+    """The processes of the head in ``temp_dir`` started for no job, in Tune's runtime environment,
+    that wait or still start (a worker given work takes its name)."""
     import psutil
 
     raylets = [p.pid for p in psutil.process_iter(["name", "cmdline"])
                if p.info["name"] == "raylet" and f"--temp_dir={temp_dir}" in (p.info["cmdline"] or ())]
-    found = {"trial": [], "task": []}
+    found = []
     tune_variables = tune_runtime_env()["env_vars"]
     for raylet in raylets:
         try:
-            children = psutil.Process(raylet).children()
+            children = psutil.Process(raylet).children(recursive=True)  # (a runtime environment's worker is its setup's child)
         except psutil.NoSuchProcess:
             continue
         for child in children:
@@ -258,8 +249,8 @@ def warm_workers(temp_dir: str) -> dict[str, list[int]]:
                 name = child.name()
                 environ = child.environ()
                 if (name == "ray::IDLE" or not name.startswith("ray::")) and environ.get("RAY_JOB_ID") == "ffffffff":
-                    trial = all(environ.get(k) == v for k, v in tune_variables.items())
-                    found["trial" if trial else "task"].append(child.pid)
+                    if all(environ.get(k) == v for k, v in tune_variables.items()):
+                        found.append(child.pid)
             except psutil.Error:
                 continue
     return found

@@ -10,9 +10,11 @@ import pytest
 
 from search_spaces import load_spec
 from service.driver import observations
-from service.driver.observations import Footprints, local_gpus, pack_footprint, trial_bytes, visible_gpus
+from service.driver.observations import (Footprints, KeptFootprints, local_gpus, pack_footprint, trial_bytes,
+                                        visible_gpus)
 from service.driver.provenance import hardware
 from service.driver.sweeps import trial_memory_limit
+from service.driver.trial_env import tune_runtime_env
 from service.settings import Settings
 from tests.conftest import TINY, ensure_local_ray
 
@@ -43,7 +45,8 @@ def test_the_footprints_are_measured_by_a_ray_task_as_in_this_process(digits, mo
     monkeypatch.setattr(workers.pack_memory, "measure_footprint", not_here)
     monkeypatch.setattr(workers.footprint, "estimate", not_here)
     footprints = Footprints(spec, ray.put(digits))
-    assert footprints.options() == {"num_cpus": 1}  # (a CPU plan: a node that trains on CPUs)
+    # (a CPU plan: a node that trains on CPUs; in Tune's runtime environment, as a warm trial worker has it)
+    assert footprints.options() == {"num_cpus": 1, "runtime_env": tune_runtime_env()}
     assert footprints.pack() == expected_pack and expected_pack.per_member > 0
     assert footprints.trial_bytes() == expected_trial > 0
     assert footprints.pack() is footprints.pack()  # measured once a sweep
@@ -55,6 +58,29 @@ def test_without_ray_the_footprints_are_measured_here(digits, monkeypatch):
     footprints = Footprints(spec, digits)
     assert footprints.pack() == pack_footprint(spec, spec.grid_points(), digits)
     assert footprints.trial_bytes() == trial_bytes(spec) > 0
+
+
+def test_a_footprint_kept_in_the_home_is_measured_once_for_the_same_members_data_and_code(digits, monkeypatch,
+                                                                                           tmp_path):
+    monkeypatch.setattr(observations.ray, "is_initialized", lambda: False)
+    spec = load_spec("mnist_classification", quick=True, overrides=TINY)
+    identity = {"data": digits.fingerprint(), "sizes": digits.sizes(), "code": "git abc"}
+    first = Footprints(spec, digits, kept=KeptFootprints(tmp_path, identity))
+    measured = first.pack(), first.trial_bytes()
+
+    def not_again(*args):  # (a fault injected: a kept footprint is not measured again)
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(observations, "pack_footprint", not_again)
+    monkeypatch.setattr(observations, "trial_bytes", not_again)
+    again = Footprints(spec, digits, kept=KeptFootprints(tmp_path, identity))
+    assert (again.pack(), again.trial_bytes()) == measured
+    for changed in ({**identity, "code": "git def"}, {**identity, "data": "another"}):  # another code or data: measured
+        with pytest.raises(AssertionError, match="measured again"):
+            Footprints(spec, digits, kept=KeptFootprints(tmp_path, changed)).pack()
+    other = load_spec("mnist_classification", quick=True, overrides={**TINY, "model.width": 48})
+    with pytest.raises(AssertionError, match="measured again"):  # other members: measured
+        Footprints(other, digits, kept=KeptFootprints(tmp_path, identity)).pack()
 
 
 def test_a_trials_memory_limit_asks_for_the_estimate_only_where_it_sets_one():
@@ -98,4 +124,5 @@ def test_the_measuring_task_asks_for_a_sliver_of_a_gpu_where_the_trials_train_on
     assert trains_on_gpu(spec, gpus) and trains_on_gpu(on_one, gpus)
     assert not trains_on_gpu(on_cpus, gpus) and not trains_on_gpu(spec, cpus)
     assert not trains_on_gpu(on_one, cpus)  # (no GPU to wait for: the plan refuses it by name)
-    assert Footprints(spec, None, on_gpu=True).options() == {"num_gpus": 0.001, "num_cpus": 0}
+    assert Footprints(spec, None, on_gpu=True).options() == {"num_gpus": 0.001, "num_cpus": 0,
+                                                             "runtime_env": tune_runtime_env()}
