@@ -95,12 +95,13 @@ class Footprints:
     of a GPU where they train on GPUs (the node's torch and libraries are the trials'), else with a
     CPU (a node that trains: a head node kept free of trials declares none). The measurement itself
     runs on the task's CPU, as it did in the driver: a step counts the same tensors there as on a
-    GPU (workers.pack_memory). Without Ray (``actsweep plan`` on this machine) it runs in this process.
+    GPU (workers.pack_memory). Without Ray (``actsweep plan`` on this machine), or ``here`` (the CLI,
+    torch imported, on a Ray of its own), it runs in this process.
     ``data``: the sweep's splits, or their ref in Ray's object store."""
 
     def __init__(self, spec: SweepSpec, data: Splits | ray.ObjectRef, points: list[GridPoint] | None = None,
-                 on_gpu: bool = False, kept: "KeptFootprints | None" = None):
-        self.spec, self.data, self.on_gpu, self.kept = spec, data, on_gpu, kept
+                 on_gpu: bool = False, kept: "KeptFootprints | None" = None, here: bool = False):
+        self.spec, self.data, self.on_gpu, self.kept, self.here = spec, data, on_gpu, kept, here
         self.points = spec.grid_points() if not points else points
         self._pack: PackFootprint | None = None
         self._trial: float | None = None
@@ -119,13 +120,14 @@ class Footprints:
             found = self.kept.get("pack", self._members())
             self._pack = PackFootprint(*found) if found else None
         if self._pack is None:
-            if ray.is_initialized():
+            if self._by_task():
                 if not isinstance(self.data, ray.ObjectRef):
                     self.data = ray.put(self.data)
                 task = _pack_footprint_task.options(**self.options()).remote(self.spec, self.points, self.data)
                 self._pack = PackFootprint(*ray.get(task))
-            else:
-                self._pack = pack_footprint(self.spec, self.points, self.data)
+            else:  # (here: the arrays themselves, where the driver had put them into Ray's object store)
+                data = ray.get(self.data) if isinstance(self.data, ray.ObjectRef) else self.data
+                self._pack = pack_footprint(self.spec, self.points, data)
             if self.kept is not None:
                 self.kept.put("pack", self._members(), [self._pack.fixed, self._pack.per_member])
         return self._pack
@@ -136,10 +138,16 @@ class Footprints:
             self._trial = self.kept.get("trial", self.spec.model_dump(mode="json"))
         if self._trial is None:
             self._trial = (ray.get(_trial_bytes_task.options(**self.options()).remote(self.spec))
-                           if ray.is_initialized() else trial_bytes(self.spec))
+                           if self._by_task() else trial_bytes(self.spec))
             if self.kept is not None:
                 self.kept.put("trial", self.spec.model_dump(mode="json"), self._trial)
         return self._trial
+
+    def _by_task(self) -> bool:
+        """Measured by a Ray task: with Ray connected, unless ``here`` (a process on the machine of the
+        trials that has torch imported already, as the CLI does for its checks: a task's worker would
+        import it again)."""
+        return ray.is_initialized() and not self.here
 
     def _members(self) -> list:
         """What a pack's measured footprint depends on: its members' trial configs (as measured)."""

@@ -12,6 +12,7 @@ import os
 import pickle
 import re
 import shutil
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -291,12 +292,14 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     # the MLflow store made (its tables: 2 s on a new one) while Ray starts and the plan is measured
     store_ready = in_background(runs.experiment_id, mlflow_experiment_name(spec), settings.artifact_root)
     connect_ray(settings)
-    cluster = observe_cluster(local=not (settings.ray_address or os.environ.get("RAY_ADDRESS")))
+    local = not (settings.ray_address or os.environ.get("RAY_ADDRESS"))  # (a Ray started here, by this process)
+    cluster = observe_cluster(local=local)
     splits_ref = ray.put(splits)  # (once: the footprint's task and the trials read it)
     code = code_version()  # (footprints are kept for committed code only: a changed one may measure otherwise)
     kept = None if code.endswith("+dirty") else KeptFootprints(
         settings.root / "footprints", {"data": splits.fingerprint(), "sizes": splits.sizes(), "code": code})
-    footprints = Footprints(spec, splits_ref, on_gpu=trains_on_gpu(spec, cluster), kept=kept)  # (Ray tasks, once)
+    footprints = Footprints(spec, splits_ref, on_gpu=trains_on_gpu(spec, cluster), kept=kept,  # (Ray tasks, once)
+                            here=local and "torch" in sys.modules)  # (the CLI: torch imported for its checks)
     plan = plan_sweep(spec, splits_ref, settings.cuda_context_mb * 2 ** 20, cluster=cluster, footprints=footprints)
     spec = plan.resolved(spec)  # (from here on: no auto)
     if on_plan:
