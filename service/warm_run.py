@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from service.settings import Settings
 
-POLL_S = 0.25  # the sweep's record is read this often while the CLI waits
+POLL_S = 0.1  # the sweep's record is read this often while the CLI waits (a GET: milliseconds)
 ANSWER_S = 1.0  # a recorded service that does not answer this soon is taken for gone
 TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
 
