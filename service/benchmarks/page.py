@@ -515,17 +515,89 @@ FIG2_GPU = Section("Figure 2's full protocol on a GPU", "`actsweep run mnist_cla
         command="`GPU_CHECK_START_AB=1 make gpu-check`", hardware=H100, date="2026-11-27", commit="a70db31"),
 ))
 
-# ==== START-UP: the place for `actsweep bench --workload start`'s rows ===================================
-# It writes docs/benchmarks/start.json. Declare its rows in START_ROWS, reading the JSON as the other
-# sections do; the command, hardware, date and commit come from the JSON's own keys of those names, or from
-# the row. For example (the key names are the bench's):
-#     Row("start-cold-cli", "a one-trial sweep from a cold CLI", "start.json",
-#         lambda d: f"**{num(d['cold_cli_s'])} s** from the command to the tables"),
-# Until start.json is committed the section says it is not measured yet; once it is, a start.json that no
-# row reads stops the page (render() names START_ROWS). Link the docs to docs/benchmarks/README.md#ANCHOR.
-START_ROWS: tuple[Row, ...] = ()
+# ==== START-UP: `actsweep bench --workload start` (docs/start.md) =========================================
+# Each figure is this checkout's ("after"); "base" is the same measurement, alternating in the same run, at the
+# commit the bench was given with --before (start.json names it: one commit a row here).
+def start_median(d: dict, side: str, *path: str) -> float:
+    value = d["sides"][side]
+    for key in path:
+        value = value[key]
+    return value["median"]
+
+
+def start_pair(*path: str) -> Callable[[dict], tuple[float, float]]:
+    return lambda d: (start_median(d, "after", *path), start_median(d, "before", *path))
+
+
+def start_cold_cli(d: dict) -> str:
+    now, base = start_pair("cold_cli", "exit_s")(d)
+    parts = d["sides"]["after"]["cold_cli"]["parts"]
+    return (f"**{num(now)} s** from the command to its exit (base {num(base)} s): Ray ready at "
+            f"{num(parts['ray_ready_s']['median'])} s, the first trial-epoch at {num(parts['first_epoch_s']['median'])} s")
+
+
+def start_warm_rest(d: dict) -> str:
+    now, base = start_pair("rest", "terminal_s")(d)
+    running, base_running = start_pair("rest", "running_s")(d)
+    runs = d["sides"]["after"]["rest"]["terminal_s"]["runs"]
+    return (f"**{num(now)} s** from the POST to its end, median of {len(runs)} ({spread(runs)}; base {num(base)} s); "
+            f"its driver running at {num(running)} s (base {num(base_running)} s)")
+
+
+def start_warm_cli(d: dict) -> str:
+    now, base = start_pair("warm_cli", "exit_s")(d)
+    return (f"**{num(now)} s** from the command to its exit, through the home's service (base {num(base)} s, "
+            f"with a Ray of its own)")
+
+
+def start_demo(d: dict) -> str:
+    first, base_first = start_pair("demo", "parts", "first_epoch_s")(d)
+    done, base_done = start_pair("demo", "exit_s")(d)
+    return (f"first trial-epoch at **{num(first)} s** (base {num(base_first)} s), exit at **{num(done)} s** "
+            f"(base {num(base_done)} s)")
+
+
+def start_concurrent(d: dict) -> str:
+    now, base = (d["sides"][side]["concurrent"] for side in ("after", "before"))
+    return (f"{now['succeeded'][0]} of {now['n']} succeeded, {now['lost'][0]} lost; the last ended at "
+            f"**{num(now['last_end_s']['median'])} s** (base {num(base['last_end_s']['median'])} s); memory "
+            f"**{num(now['peak_memory_above_idle_gib']['median'])} GiB** above idle (base "
+            f"{num(base['peak_memory_above_idle_gib']['median'])} GiB); at most {now['max_driver_jobs'][0]} drivers at "
+            f"once (base {base['max_driver_jobs'][0]}); places in the queue up to {now['max_queue_position'][0]}")
+
+
+def start_command(d: dict) -> str:
+    return (f"`actsweep bench --workload start --before BASE --repeats {d['repeats']} --concurrent {d['concurrent']}`")
+
+
+def driver_import(d: dict) -> str:
+    now, base = d["sides"]["after"], d["sides"]["before"]
+    return (f"**{num(now['wall_s'], 2)} s**, {num(now['cpu_s'], 2)} CPU-s, **{num(now['peak_mib'], 0)} MiB** peak "
+            f"(base {num(base['wall_s'], 2)} s, {num(base['cpu_s'], 2)} CPU-s, {num(base['peak_mib'], 0)} MiB); "
+            f"torch {'imported' if now['torch'] else 'not imported'} (base: "
+            f"{'imported' if base['torch'] else 'not imported'}), matplotlib "
+            f"{'imported' if now['matplotlib'] else 'not imported'}")
+
+
+START_ROWS: tuple[Row, ...] = (
+    Row("start-cold-cli", "a one-trial sweep (1 epoch, 1,000 images) from a cold CLI, a fresh home", "start.json",
+        start_cold_cli, command=start_command),
+    Row("start-warm-rest", "the same sweep POSTed to a warm `actsweep serve`", "start.json", start_warm_rest,
+        command=start_command),
+    Row("start-warm-cli", "the same from `actsweep run` in that warm home", "start.json", start_warm_cli,
+        command=start_command),
+    Row("start-demo", "`make demo`'s sweep, a fresh home", "start.json", start_demo, command=start_command),
+    Row("start-16-at-once", "16 one-trial sweeps POSTed at once to a warm service", "start.json", start_concurrent,
+        command=start_command),
+    Row("driver-import", "`import service.driver.__main__` in a new process (medians of 3, alternating)",
+        "driver_import.json", driver_import, command=lambda d: "`python benchmarks/driver_import.py --before BASE`"),
+)
+
+
 START = Section("Start-up", "How long a sweep takes to start: a cold and a warm CLI, a warm REST submission of one "
-                "trial, the demo's first epoch, and the API's memory under 16 submissions at once.", START_ROWS,
+                "trial, the demo's first epoch, and the API's memory under 16 submissions at once; each beside the "
+                "same measurement at the base commit given with `--before` (named in the JSON), alternating in one "
+                "run ([docs/start.md](../start.md)).", START_ROWS,
                 needs="start.json", missing="Not measured yet: `actsweep bench --workload start` writes "
                                             "`docs/benchmarks/start.json`.")
 
