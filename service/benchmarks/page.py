@@ -618,8 +618,12 @@ SCALE = Section("Sweeps of thousands of trials", "`actsweep bench --workload sca
 
 LOAD = Section("The REST API", "`actsweep serve` on SQLite stores and its own Ray head, on loopback; the clients, the "
                "API, the head and the drivers share the machine.", (
-    Row("load-api", "50 clients for 30 s, 10 of them submitting a sweep first", "load.json", load_api,
-        command="`actsweep bench --workload load --clients 50 --seconds 30`", date="2026-11-22", commit="1e23fc1"),
+    Row("load-api", "50 clients for 30 s, 10 of them submitting a sweep first (queued: 2 run at once)", "load.json",
+        load_api, command="`actsweep bench --workload load --clients 50 --seconds 30`", date="2026-12-02",
+        commit="144cdc5"),
+    Row("load-api-base", "the same at the base commit of the start-up rows, each sweep's driver started at once",
+        "load_base.json", load_api, command="`actsweep bench --workload load --clients 50 --seconds 30`",
+        date="2026-12-02", commit="142ce75"),
     Row("load-reads", "50 clients for 30 s, reads only", "load_reads_only.json", load_api),
     Row("api-coldstart", "the API's cold start (medians of 5)", "coldstart.json", coldstart),
 ))
