@@ -1,5 +1,5 @@
 #!/bin/bash
-# make demo's sweep timed at an older commit and at this checkout, alternating, in one sitting.
+# make demo's sweep timed at an older commit and at this checkout, alternating, in one run.
 #   bash benchmarks/demo_before_after.sh OLD_COMMIT [ROUNDS] [ACTSWEEP RUN ARGUMENTS...]
 # e.g. bash benchmarks/demo_before_after.sh 9f15b6b 2
 #      bash benchmarks/demo_before_after.sh 9f15b6b 3 --set epochs=1 --set train_subset=2000 --set 'eval_noise=[]'

@@ -234,7 +234,7 @@ class Search(StrictModel):
 
 
 class Slice(StrictModel):
-    """A part of the grid, for a sweep too long for one sitting: only the grid points whose values
+    """A part of the grid, for a sweep too long to run at once: only the grid points whose values
     are listed here (each a subset of the spec's own axis) run. Slices of one grid, each run and
     exported on its own, make the whole grid again (``actsweep report --from-export``)."""
 

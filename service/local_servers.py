@@ -98,8 +98,8 @@ def postgres_server(databases: tuple[str, ...]):
 
 
 # MLflow 3's server also starts a job runner with Huey consumers (GenAI scorers, trace roll-ups),
-# eight more processes, polling all the while: actsweep runs none of those jobs. Measured here:
-# see docs/testing.md.
+# eight more processes, polling all the while: actsweep runs none of those jobs (what it cost a test
+# suite: docs/decisions.md).
 MLFLOW_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
