@@ -298,8 +298,9 @@ def run_sweep(spec: SweepSpec, settings: Settings, *, splits: Splits | None = No
     code = code_version()  # (footprints are kept for committed code only: a changed one may measure otherwise)
     kept = None if code.endswith("+dirty") else KeptFootprints(
         settings.root / "footprints", {"data": splits.fingerprint(), "sizes": splits.sizes(), "code": code})
-    footprints = Footprints(spec, splits_ref, on_gpu=trains_on_gpu(spec, cluster), kept=kept,  # (Ray tasks, once)
-                            here=local and "torch" in sys.modules)  # (the CLI: torch imported for its checks)
+    here = local and "torch" in sys.modules  # (the CLI, torch imported for its checks: measured in its process)
+    footprints = Footprints(spec, splits if here else splits_ref, on_gpu=trains_on_gpu(spec, cluster), kept=kept,
+                            here=here)  # (by Ray tasks otherwise, once; here on the arrays: the store's are read-only)
     plan = plan_sweep(spec, splits_ref, settings.cuda_context_mb * 2 ** 20, cluster=cluster, footprints=footprints)
     spec = plan.resolved(spec)  # (from here on: no auto)
     if on_plan:
