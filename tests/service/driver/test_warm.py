@@ -81,8 +81,8 @@ def test_a_warm_home_forks_its_drivers_its_cli_runs_through_it_and_a_killed_driv
         assert head["status"] == "ok", head
         temp_dir = Path(_head_temp_dir(env))
         # warm trial workers wait on the head (one per CPU, and one more): torch imported, in Tune's runtime environment
-        assert poll(lambda: len(warm_workers(str(temp_dir))) == 3, scaled(120), every_s=0.5), \
-            (temp_dir / "drivers.log").read_text()
+        assert poll(lambda: len(_waiting(warm_workers(str(temp_dir)))) == 3, scaled(120), every_s=0.5), \
+            (temp_dir / "drivers.log").read_text()  # (started and waiting: one still importing would be passed over)
         warm = set(warm_workers(str(temp_dir)))
         with server.client() as client:
             posted = client.post("/sweeps", json={"experiment": "mnist_classification", "quick": True,
@@ -132,6 +132,18 @@ def _head_temp_dir(env: dict) -> str:
     import json
 
     return json.loads((Path(env["ACTSWEEP_HOME"]) / "ray" / "head.json").read_text())["temp_dir"]
+
+
+def _waiting(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that have registered with Ray and wait (Ray names them so)."""
+    found = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).name() == "ray::IDLE":
+                found.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
 
 
 def _alive(pid: int) -> bool:
