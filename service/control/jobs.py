@@ -262,7 +262,7 @@ class RayJobs:
         """The socket of this home's driver server (service.driver.warm), started where it is not
         running; None where drivers start cold: a cluster we joined (its jobs run on its head, not
         here), or ACTSWEEP_WARM_IDLE_S=0. The server also keeps warm trial workers ready: one per CPU, up
-        to WARM_TRIAL_WORKERS, and one more."""
+        to WARM_TRIAL_WORKERS (the raylet starts no more ahead of a job than it has CPUs)."""
         head = recorded_head(self.settings)
         if self._joins_a_cluster() or head is None or self.settings.warm_idle_s <= 0:
             return None
@@ -272,8 +272,7 @@ class RayJobs:
         with head_lock(self.settings):  # (one server: concurrent submissions find the one the first started)
             if not _answers(path) and Path(head.temp_dir).is_dir():
                 log = open(Path(head.temp_dir) / "drivers.log", "ab")
-                # (one more: a sweep's footprint task takes one as it plans, and leaves it to a trial)
-                trial_workers = min(WARM_TRIAL_WORKERS, int(self.settings.num_cpus or os.cpu_count() or 1)) + 1
+                trial_workers = min(WARM_TRIAL_WORKERS, int(self.settings.num_cpus or os.cpu_count() or 1))
                 subprocess.Popen([sys.executable, "-m", "service.driver.warm", "serve", path,
                                   str(self.settings.warm_idle_s), str(trial_workers if head.node_manager_port else 0),
                                   f"127.0.0.1:{head.node_manager_port}"],

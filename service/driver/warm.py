@@ -13,8 +13,8 @@ still seen and replaced (service.control.reconciler) as before.
 
 The server also keeps warm trial workers waiting on the head: Ray worker processes started for no
 job yet, in the runtime environment Ray Tune gives its trials, that import torch and the trainable
-as they start (workers.prestart): one per CPU up to four, and one more (the driver's footprint task
-takes one first, in the same runtime environment, and leaves it to a trial).
+as they start (workers.prestart): one per CPU up to four (the raylet starts no more ahead of a job).
+The driver's footprint task runs in the same runtime environment and takes one.
 A sweep's trial then starts in a fraction of a second; the server asks for more as each driver ends.
 
 Where no server answers (a cluster's head on another machine, a server released after
