@@ -4,6 +4,7 @@ posted, each showing its place; a cancelled waiting sweep never gets a driver; t
 the sweep database, which a restarted API carries on."""
 from __future__ import annotations
 
+import datetime as dt
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -30,7 +31,8 @@ def one_at_a_time(ray_head, tmp_path_factory):
 
 
 def _post_at_once(api: ApiServer, n: int) -> list[str]:
-    """``n`` sweeps posted at once; their ids in the order the API recorded them (its list, oldest first)."""
+    """``n`` sweeps posted at once; their ids in the queue's order: recorded first first, and for the
+    same moment the smaller id (service.records; the list, newest first, may break such a tie otherwise)."""
     def post(i: int) -> str:
         with api.client() as client:
             answer = client.post("/sweeps", json={**ONE_TRIAL, "name": f"queued-{i}"})
@@ -42,7 +44,7 @@ def _post_at_once(api: ApiServer, n: int) -> list[str]:
         ids = set(pool.map(post, range(n)))
     with api.client() as client:
         listed = client.get("/sweeps", params={"limit": 200}).json()["items"]  # (newest first)
-    return [s["id"] for s in reversed(listed) if s["id"] in ids]
+    return [s["id"] for s in sorted((s for s in listed if s["id"] in ids), key=lambda s: (dt.datetime.fromisoformat(s["created_at"]), s["id"]))]
 
 
 def _has_driver(record: dict) -> bool:
