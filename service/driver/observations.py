@@ -7,10 +7,13 @@ are measured by a Ray task, on a node where the trials train (:class:`Footprints
 machine's GPUs are read from nvidia-smi or NVML."""
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import ray
@@ -162,21 +165,14 @@ class KeptFootprints:
     code's version, part of every key."""
 
     def __init__(self, folder, identity: dict):
-        from pathlib import Path
-
         self.folder, self.identity = Path(folder), identity
 
     def _path(self, kind: str, what):
-        import hashlib
-        import json
-
         key = json.dumps({"kind": kind, "what": what, **self.identity}, sort_keys=True, default=str)
         return self.folder / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def get(self, kind: str, what):
         """The value kept for ``kind`` and ``what``, or None."""
-        import json
-
         try:
             return json.loads(self._path(kind, what).read_text())
         except (OSError, ValueError):
@@ -184,8 +180,6 @@ class KeptFootprints:
 
     def put(self, kind: str, what, value) -> None:
         """Keep ``value`` (written whole or not at all; a folder that cannot be written keeps nothing)."""
-        import json
-
         path = self._path(kind, what)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
